@@ -1,0 +1,42 @@
+# Two entry points for a newcomer: `make demo` and `make test`. Both build .venv first.
+# Without an NVIDIA GPU the CPU build of torch is installed before anything else, so no
+# dependency pulls the multi-GB CUDA wheel; set TORCH_INDEX_URL to name a CPU wheel index
+# (e.g. https://download.pytorch.org/whl/cpu) on machines that lack a local one.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX_URL ?=
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test lint format clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		$(PY) -m pip install -q torch; \
+	else \
+		$(PY) -m pip install -q "torch==$(TORCH_VERSION)" \
+			$(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)); \
+	fi
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/bytecanary demo
+
+test: $(STAMP) lint
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,46 @@
+"""The ``bytecanary`` command: one subcommand per job, each imported only when run.
+
+Subcommands map to functions; heavy libraries (torch, lightning) load inside them so
+``bytecanary --help`` stays fast. This is the one module that may reach into ``probes``
+and ``train``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from bytecanary.demo import run_demo
+
+    return run_demo(minutes=args.minutes, out=args.out)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bytecanary",
+        description="Train byte-aware language models and probe every checkpoint "
+        "for UTF-8 validity and MCQA scoring traps.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    demo = sub.add_parser("demo", help="run the embedded default end to end")
+    demo.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
+    demo.add_argument("--minutes", type=float, default=10.0, help="time budget in minutes")
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

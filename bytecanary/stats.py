@@ -1,0 +1,121 @@
+"""Statistics the probes and the convergence report share.
+
+Calibration (ECE), paired tests between two scoring strategies (exact and chi-square
+McNemar, seeds/000), bootstrap confidence intervals (seeds/002), correlations, and the
+convergence detector applied alike to perplexity and to UTF-8 validity (seeds/003).
+Plain numpy and ``math``: importable without torch or scipy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+
+def ece(confidence: ArrayLike, correct: ArrayLike, n_bins: int = 10) -> float:
+    """Expected calibration error over ``n_bins`` equal-width bins of [0, 1]:
+    sum over bins of |B_m|/N * |acc(B_m) - conf(B_m)|. Bin m holds (m/M, (m+1)/M];
+    a confidence of exactly 0 falls in the first bin."""
+    conf = np.asarray(confidence, dtype=np.float64)
+    hit = np.asarray(correct, dtype=np.float64)
+    if conf.shape != hit.shape or conf.ndim != 1:
+        raise ValueError("confidence and correct must be 1-D arrays of the same length")
+    if len(conf) == 0:
+        return 0.0
+    bins = np.clip(np.ceil(conf * n_bins).astype(np.int64) - 1, 0, n_bins - 1)
+    gap = np.abs(np.bincount(bins, hit, n_bins) - np.bincount(bins, conf, n_bins))
+    return float(gap.sum() / len(conf))
+
+
+def _discordant(correct_a: ArrayLike, correct_b: ArrayLike) -> tuple[int, int]:
+    a = np.asarray(correct_a, dtype=bool)
+    b = np.asarray(correct_b, dtype=bool)
+    if a.shape != b.shape:
+        raise ValueError("McNemar needs paired results: correct_a and correct_b differ in shape")
+    return int((a & ~b).sum()), int((~a & b).sum())
+
+
+def mcnemar_exact(correct_a: ArrayLike, correct_b: ArrayLike) -> float:
+    """Two-sided exact McNemar p-value: binomial(n = discordant pairs, 0.5) on the
+    smaller discordant count."""
+    b, c = _discordant(correct_a, correct_b)
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def mcnemar_chi2(correct_a: ArrayLike, correct_b: ArrayLike) -> tuple[float, float]:
+    """Continuity-corrected McNemar: statistic (|b - c| - 1)^2 / (b + c) and its
+    chi-square (1 df) p-value."""
+    b, c = _discordant(correct_a, correct_b)
+    if b + c == 0:
+        return 0.0, 1.0
+    stat = (abs(b - c) - 1) ** 2 / (b + c)
+    return stat, math.erfc(math.sqrt(stat / 2))
+
+
+def bootstrap_ci(
+    values: ArrayLike,
+    statistic: Callable[[np.ndarray], float] = np.mean,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic`` with a fixed seed (reproducible)."""
+    data = np.asarray(values)
+    if len(data) == 0:
+        raise ValueError("bootstrap_ci needs at least one value")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(data), (n_resamples, len(data)))
+    stats = np.array([statistic(data[row]) for row in idx])
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.percentile(stats, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def pearson_r(x: ArrayLike, y: ArrayLike) -> float:
+    """Pearson correlation; nan when either input is constant."""
+    xc = np.asarray(x, dtype=np.float64) - np.mean(x)
+    yc = np.asarray(y, dtype=np.float64) - np.mean(y)
+    denom = math.sqrt(float(xc @ xc) * float(yc @ yc))
+    return float(xc @ yc / denom) if denom > 0 else math.nan
+
+
+def kendall_tau_b(x: ArrayLike, y: ArrayLike) -> float:
+    """Kendall's tau-b (ties corrected): sum of sign products over pairs divided by
+    sqrt(pairs untied in x * pairs untied in y). O(n^2), fine for probe-sized inputs."""
+    xs = np.asarray(x, dtype=np.float64)
+    ys = np.asarray(y, dtype=np.float64)
+    sx = np.sign(xs[:, None] - xs[None, :])
+    sy = np.sign(ys[:, None] - ys[None, :])
+    denom = math.sqrt(float(np.abs(sx).sum()) * float(np.abs(sy).sum()))
+    return float((sx * sy).sum() / denom) if denom > 0 else math.nan
+
+
+def convergence_point(
+    x: ArrayLike, y: ArrayLike, rtol: float = 0.05, tail: float = 0.1
+) -> float | None:
+    """Smallest x after which the curve stays within ``rtol`` of its final plateau.
+
+    The plateau is the mean of the last ``tail`` fraction of points (at least one).
+    Returns x[i] for the smallest i with |y[j] - plateau| <= rtol * |plateau| for all
+    j >= i, or None when even the last point is outside the band (not converged).
+    The same rule serves perplexity (falling) and validity (rising) curves.
+    """
+    xs = np.asarray(x, dtype=np.float64)
+    ys = np.asarray(y, dtype=np.float64)
+    if xs.shape != ys.shape or xs.ndim != 1 or len(xs) == 0:
+        raise ValueError("x and y must be non-empty 1-D arrays of the same length")
+    order = np.argsort(xs, kind="stable")
+    xs, ys = xs[order], ys[order]
+    plateau = ys[-max(1, math.ceil(tail * len(ys))) :].mean()
+    inside = np.abs(ys - plateau) <= rtol * abs(plateau)
+    if not inside[-1]:
+        return None
+    outside = np.flatnonzero(~inside)
+    return float(xs[outside[-1] + 1] if len(outside) else xs[0])

@@ -1,0 +1,246 @@
+"""Exact UTF-8 validity scores for byte streams (seeds/003 section 3.2).
+
+The DFA accepts exactly Unicode's well-formed UTF-8 (Unicode Standard, Table 3-7):
+no 80-BF or C0/C1 or F5-FF leads, no overlongs (E0 80-9F, F0 80-8F), no surrogates
+(ED A0-BF), nothing above U+10FFFF (F4 90-BF). After an error it resynchronises like
+CPython's ``decode(errors="replace")`` (maximal-subpart rule): a byte that cannot
+continue the pending character drops that character and is read again as a lead.
+Folding that re-read into the table makes every byte exactly one table lookup, so a
+batch of streams advances one byte column at a time with numpy and never rescans.
+
+Scores of a stream B (empty B scores 1.0 on all three):
+  strict  = 1 iff B is complete, well-formed UTF-8
+  soft    = b_c / |B|             b_c: bytes inside complete valid characters
+  partial = (b_c + p * b_i) / |B|  b_i: bytes of a trailing incomplete, so-far-valid
+                                   character; p = b_i / bytes that character needs
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+PAD = 256  # byte value meaning "no byte here" in padded arrays: leaves a stream untouched
+
+# DFA states: bytes seen of the pending character, bytes it needs, and which
+# continuation bytes it accepts next (lo, hi) and the state that follows them.
+#                 name        seen need   lo    hi    next (None: character complete)
+_STATES = [
+    ("boundary", 0, 0, None, None, None),
+    ("two_1", 1, 2, 0x80, 0xBF, None),
+    ("e0_1", 1, 3, 0xA0, 0xBF, "three_2"),
+    ("e1_1", 1, 3, 0x80, 0xBF, "three_2"),
+    ("ed_1", 1, 3, 0x80, 0x9F, "three_2"),
+    ("three_2", 2, 3, 0x80, 0xBF, None),
+    ("f0_1", 1, 4, 0x90, 0xBF, "four_2"),
+    ("f1_1", 1, 4, 0x80, 0xBF, "four_2"),
+    ("f4_1", 1, 4, 0x80, 0x8F, "four_2"),
+    ("four_2", 2, 4, 0x80, 0xBF, "four_3"),
+    ("four_3", 3, 4, 0x80, 0xBF, None),
+    ("invalid", 0, 0, None, None, None),  # a boundary reached by rejecting the last byte
+]
+_INDEX = {name: i for i, (name, *_rest) in enumerate(_STATES)}
+BOUNDARY = 0
+N_STATES = len(_STATES)
+
+
+def _lead(byte: int) -> tuple[str, int]:
+    """(next state, bytes completed) for a byte read at a character boundary."""
+    if byte <= 0x7F:
+        return "boundary", 1
+    if 0xC2 <= byte <= 0xDF:
+        return "two_1", 0
+    if byte == 0xE0:
+        return "e0_1", 0
+    if byte == 0xED:
+        return "ed_1", 0
+    if 0xE1 <= byte <= 0xEF:
+        return "e1_1", 0
+    if byte == 0xF0:
+        return "f0_1", 0
+    if 0xF1 <= byte <= 0xF3:
+        return "f1_1", 0
+    if byte == 0xF4:
+        return "f4_1", 0
+    return "invalid", 0  # 80-BF, C0, C1, F5-FF can never start a character
+
+
+def _build_tables() -> tuple[np.ndarray, np.ndarray]:
+    """Flat (state * 257 + byte) tables: next state, bytes completed."""
+    nxt = np.zeros((N_STATES, 257), dtype=np.int32)
+    done = np.zeros((N_STATES, 257), dtype=np.int32)
+    for s, (_name, _seen, need, lo, hi, follow) in enumerate(_STATES):
+        for byte in range(256):
+            if lo is not None and lo <= byte <= hi:
+                nxt[s, byte] = _INDEX[follow] if follow else BOUNDARY
+                done[s, byte] = 0 if follow else need
+            else:  # boundary, or the pending character breaks: re-read the byte as a lead
+                name, completed = _lead(byte)
+                nxt[s, byte], done[s, byte] = _INDEX[name], completed
+        nxt[s, PAD] = s  # padding: stay, complete nothing
+    return nxt.ravel(), done.ravel()
+
+
+_NEXT, _DONE = _build_tables()
+_SEEN = np.array([s[1] for s in _STATES], dtype=np.float64)
+_NEED = np.array([max(s[2], 1) for s in _STATES], dtype=np.float64)
+_TAIL_CREDIT = _SEEN * _SEEN / _NEED  # p * b_i for the pending character of each state
+
+
+@dataclass(frozen=True)
+class Score:
+    """UTF-8 scores of one byte stream."""
+
+    strict: float
+    soft: float
+    partial: float
+
+
+@dataclass(frozen=True)
+class BatchScores:
+    """UTF-8 scores of N byte streams, one entry each."""
+
+    strict: np.ndarray
+    soft: np.ndarray
+    partial: np.ndarray
+
+
+def pad_streams(streams: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """A list of byte strings as a (N, L) uint16 array padded with PAD, and their lengths."""
+    lengths = np.fromiter(map(len, streams), dtype=np.int64, count=len(streams))
+    width = int(lengths.max()) if len(streams) else 0
+    padded = np.full((len(streams), width), PAD, dtype=np.uint16)
+    padded[np.arange(width) < lengths[:, None]] = np.frombuffer(b"".join(streams), np.uint8)
+    return padded, lengths
+
+
+class StreamScorer:
+    """DFA state of N byte streams, advanced chunk by chunk without rescanning.
+
+    ``feed`` takes the next bytes of every stream (e.g. one generated token each);
+    ``scores()`` then scores each whole stream as it now stands.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.state = np.zeros(n, dtype=np.int32)
+        self.complete = np.zeros(n, dtype=np.int64)  # b_c
+        self.length = np.zeros(n, dtype=np.int64)  # |B|
+
+    def feed(self, chunk: np.ndarray, lengths: np.ndarray | None = None) -> None:
+        """Advance by ``chunk`` (N, L) bytes; ``lengths`` or PAD entries mark its end."""
+        chunk = np.asarray(chunk)
+        if chunk.ndim != 2 or chunk.shape[0] != len(self.state):
+            raise ValueError(f"chunk must have shape ({len(self.state)}, L), got {chunk.shape}")
+        cols = chunk.astype(np.int32)
+        if lengths is not None:
+            cols[np.arange(cols.shape[1]) >= np.asarray(lengths)[:, None]] = PAD
+        state, complete = self.state, self.complete
+        for col in cols.T:  # one vectorised table lookup per byte column
+            idx = state * 257 + col
+            state = _NEXT[idx]
+            complete = complete + _DONE[idx]
+        self.state, self.complete = state, complete
+        self.length = self.length + (cols != PAD).sum(axis=1)
+
+    def feed_bytes(self, chunks: Sequence[bytes]) -> None:
+        """Advance stream i by ``chunks[i]``."""
+        self.feed(*pad_streams(chunks))
+
+    @property
+    def at_boundary(self) -> np.ndarray:
+        """True where the stream ends exactly after a complete, valid character."""
+        return self.state == BOUNDARY
+
+    def scores(self) -> BatchScores:
+        length = self.length.astype(np.float64)
+        empty = self.length == 0
+        denom = np.where(empty, 1.0, length)
+        soft = np.where(empty, 1.0, self.complete / denom)
+        partial = np.where(empty, 1.0, (self.complete + _TAIL_CREDIT[self.state]) / denom)
+        strict = (self.complete == self.length).astype(np.float64)
+        return BatchScores(strict=strict, soft=soft, partial=partial)
+
+
+def score_batch(
+    streams: Sequence[bytes] | np.ndarray, lengths: np.ndarray | None = None
+) -> BatchScores:
+    """Score N streams: a list of bytes, or an (N, L) byte array with per-row ``lengths``."""
+    if isinstance(streams, np.ndarray):
+        padded = streams
+    else:
+        padded, lengths = pad_streams(streams)
+    scorer = StreamScorer(padded.shape[0])
+    scorer.feed(padded, lengths)
+    return scorer.scores()
+
+
+def score(data: bytes) -> Score:
+    """Score one byte stream."""
+    s = score_batch([bytes(data)])
+    return Score(strict=float(s.strict[0]), soft=float(s.soft[0]), partial=float(s.partial[0]))
+
+
+@dataclass(frozen=True)
+class StepScores:
+    """Per-step scores of N generations, arrays of shape (N, T).
+
+    Column t-1 scores Bytes(prompt + generated[:t]); ``cumulative`` is the running
+    mean of ``partial`` and ``ema`` its exponential moving average (ema(1) = partial(1)).
+    """
+
+    partial: np.ndarray
+    strict: np.ndarray
+    soft: np.ndarray
+    cumulative: np.ndarray
+    ema: np.ndarray
+
+
+def step_scores(
+    prompts: Sequence[bytes],
+    steps: Sequence[Sequence[bytes]] | None = None,
+    *,
+    chunks: Sequence[tuple[np.ndarray, np.ndarray]] | None = None,
+    alpha: float = 0.1,
+) -> StepScores:
+    """Score every prefix of N generations, feeding each step's bytes once.
+
+    Give the generated tokens' bytes either as ``steps[i][t]`` (bytes of token t of
+    generation i; b"" for a special token or after generation stopped) or, for the
+    engine, as ``chunks[t] = (bytes (N, L), lengths (N,))``.
+    """
+    if not 0.0 < alpha <= 1.0:
+        raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    if chunks is None:
+        if steps is None or len(steps) != len(prompts):
+            raise ValueError("give one list of step bytes per prompt (steps) or chunks")
+        n_steps = max((len(s) for s in steps), default=0)
+        columns = [[s[t] if t < len(s) else b"" for s in steps] for t in range(n_steps)]
+        chunks = [pad_streams(col) for col in columns]
+    scorer = StreamScorer(len(prompts))
+    scorer.feed_bytes(prompts)
+    per_step = []
+    for chunk, lengths in chunks:
+        scorer.feed(chunk, lengths)
+        per_step.append(scorer.scores())
+    n, t = len(prompts), len(per_step)
+    partial = np.stack([s.partial for s in per_step], axis=1) if t else np.zeros((n, 0))
+    strict = np.stack([s.strict for s in per_step], axis=1) if t else np.zeros((n, 0))
+    soft = np.stack([s.soft for s in per_step], axis=1) if t else np.zeros((n, 0))
+    cumulative = np.cumsum(partial, axis=1) / np.arange(1, t + 1)
+    ema = np.empty_like(partial)
+    for i in range(t):
+        ema[:, i] = partial[:, 0] if i == 0 else alpha * partial[:, i] + (1 - alpha) * ema[:, i - 1]
+    return StepScores(partial=partial, strict=strict, soft=soft, cumulative=cumulative, ema=ema)
+
+
+def term_match(prompt: bytes, generated: bytes, remainder: bytes) -> bool:
+    """Level 1 Term Match: the bytes right after the prompt are exactly the gold
+    remainder, and the DFA is back at a character boundary (a character just
+    completed validly) right after it."""
+    if not generated.startswith(remainder):
+        return False
+    scorer = StreamScorer(1)
+    scorer.feed_bytes([prompt + remainder])
+    return bool(scorer.at_boundary[0])
