@@ -11,11 +11,20 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from bytecanary.errors import BytecanaryError
+
 
 def _demo(args: argparse.Namespace) -> int:
     from bytecanary.demo import run_demo
 
-    return run_demo(minutes=args.minutes, out=args.out)
+    return run_demo(minutes=args.minutes, out=args.out, config=args.config, data=args.data)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from bytecanary.data.prepare import prepare
+
+    prepare(args.config, args.out)
+    return 0
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -25,9 +34,19 @@ def _build_parser() -> argparse.ArgumentParser:
         "for UTF-8 validity and MCQA scoring traps.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    prep = sub.add_parser(
+        "prepare", help="corpus -> tokenizer -> token shards -> character snapshot -> eval sets"
+    )
+    prep.add_argument("--config", required=True, help="data config, e.g. configs/data/default.yaml")
+    prep.add_argument("--out", default=None, help="output folder (default: data/<config name>)")
+    prep.set_defaults(run=_prepare)
     demo = sub.add_parser("demo", help="run the embedded default end to end")
     demo.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
     demo.add_argument("--minutes", type=float, default=10.0, help="time budget in minutes")
+    demo.add_argument(
+        "--config", default="configs/data/default.yaml", help="data config to prepare"
+    )
+    demo.add_argument("--data", default=None, help="data folder (default: data/<config name>)")
     demo.set_defaults(run=_demo)
     return parser
 
@@ -37,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)
+    except BytecanaryError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -1,8 +1,9 @@
 """``bytecanary demo``: the embedded default, end to end.
 
-Until data preparation, training and the probes land, the demo runs what exists:
-it scores the paper's worked examples (seeds/003 section 3.2) with the exact DFA
-and shows a generation's step scores, so a newcomer sees the measurement core work.
+Until training and the probes land, the demo runs what exists: it prepares the
+embedded default data (corpus, tokenizer, shards, eval sets), then scores the paper's
+worked examples (seeds/003 section 3.2) with the exact DFA and shows a generation's
+step scores, so a newcomer sees the data path and the measurement core work.
 """
 
 from __future__ import annotations
@@ -22,8 +23,13 @@ EXAMPLES = [
 ]
 
 
-def run_demo(minutes: float, out: str) -> int:
-    """Print UTF-8 scores of the paper's examples and write them to ``out/utf8_examples.tsv``."""
+def run_demo(minutes: float, out: str, config: str, data: str | None = None) -> int:
+    """Prepare ``config``'s data, print UTF-8 scores of the paper's examples and write
+    them to ``out/utf8_examples.tsv``."""
+    from bytecanary.data.prepare import prepare
+
+    prepare(config, data)
+    print()
     rows = [(name, data, utf8.score(data)) for name, data in EXAMPLES]
     print(f"{'stream':<30}{'bytes':<14}{'strict':>8}{'soft':>8}{'partial':>9}")
     for name, data, s in rows:

@@ -1,0 +1,1 @@
+"""Data preparation: corpus -> tokenizer -> token shards -> character snapshot -> eval sets."""

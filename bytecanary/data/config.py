@@ -1,0 +1,139 @@
+"""The data config (``configs/data/*.yaml``): every field documented, validated on load."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bytecanary.data.languages import LANGUAGES
+
+
+@dataclass
+class SyntheticSource:
+    """Seeded text sampled from ``wordfreq``'s ranked word lists by real word frequency."""
+
+    megabytes: float = 5.0
+    """UTF-8 megabytes of text to generate for this language."""
+    vocabulary: int = 100_000
+    """How many of the language's most frequent words to sample from (a longer list,
+    a longer tail of rare characters)."""
+
+    def __post_init__(self) -> None:
+        if self.megabytes <= 0 or self.vocabulary <= 0:
+            raise ValueError("megabytes and vocabulary must be positive")
+
+
+@dataclass
+class DatasetSource:
+    """Any ``datasets`` source: a hub dataset, or local files through a builder."""
+
+    path: str
+    """Hub name (``HuggingFaceFW/fineweb``) or builder (``json``, ``parquet``, ``text``)."""
+    name: str | None = None
+    """Hub config name (e.g. a language subset)."""
+    split: str = "train"
+    data_files: list[str] | None = None
+    """Local files for the ``json``/``parquet``/``text`` builders."""
+    text_column: str = "text"
+    streaming: bool = False
+    revision: str | None = None
+    max_documents: int | None = None
+    max_megabytes: float | None = None
+    builder_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for ``datasets.load_dataset`` (e.g. ``sample_by: paragraph``)."""
+
+
+@dataclass
+class SourceConfig:
+    """Where one language's text comes from: exactly one of ``synthetic`` or ``dataset``."""
+
+    language: str
+    synthetic: SyntheticSource | None = None
+    dataset: DatasetSource | None = None
+
+    def __post_init__(self) -> None:
+        if self.language not in LANGUAGES:
+            known = ", ".join(LANGUAGES)
+            raise ValueError(f"language: unknown language {self.language!r} (known: {known})")
+        if (self.synthetic is None) == (self.dataset is None):
+            raise ValueError("give exactly one of 'synthetic' or 'dataset'")
+
+
+@dataclass
+class TokenizerConfig:
+    """The tokenizer trained on the training split (HF ``tokenizers``)."""
+
+    kind: Literal["byte_fallback", "gpt2", "bytes"] = "byte_fallback"
+    """``byte_fallback``: BPE + 256 <0xNN> tokens, Metaspace whitespace (the paper's);
+    ``gpt2``: GPT-2 byte-level BPE; ``bytes``: 256 byte tokens and nothing else."""
+    vocab_size: int = 8192
+    character_coverage: float = 0.9995
+    """Share of character occurrences the kept alphabet must cover (SentencePiece's
+    knob); rarer characters are spelled with byte-fallback tokens."""
+    train_megabytes: float | None = 12.0
+    """Train on at most this much of the training split (None: all of it)."""
+    max_token_length: int = 16
+
+    def __post_init__(self) -> None:
+        if not 0 < self.character_coverage <= 1:
+            raise ValueError("tokenizer.character_coverage must be in (0, 1]")
+        if self.kind != "bytes" and self.vocab_size < 300:
+            raise ValueError("tokenizer.vocab_size must be at least 300 (256 byte tokens + merges)")
+
+
+@dataclass
+class EvalSetConfig:
+    """Character snapshot and the Level 0 / Level 1 eval sets."""
+
+    tier_mass: tuple[float, float] = (0.5, 0.9)
+    """Seen characters sorted by count: ``common`` make the first 50% of occurrences,
+    ``uncommon`` up to 90%, ``rare`` the last 10%."""
+    max_per_tier: int = 500
+    snapshot_tokens: list[int] = field(default_factory=list)
+    """Extra snapshots at these training-token budgets (the full split is always saved)."""
+    tier_budget: int | None = None
+    """Which snapshot defines the tiers: a budget from ``snapshot_tokens``, or None for all."""
+    level1_per_language: int = 256
+    min_context_chars: int = 4
+    """Level 1 sentences need at least this many characters before the target."""
+
+    def __post_init__(self) -> None:
+        lo, hi = self.tier_mass
+        if not 0 < lo < hi < 1:
+            raise ValueError("eval.tier_mass must be two shares with 0 < first < second < 1")
+        if self.tier_budget is not None and self.tier_budget not in self.snapshot_tokens:
+            raise ValueError("eval.tier_budget must be one of eval.snapshot_tokens")
+
+
+@dataclass
+class DataConfig:
+    """Everything ``bytecanary prepare`` needs; each stage hashes the part it reads."""
+
+    name: str
+    mixture: dict[str, float]
+    """Share of training tokens per language (the paper: en 0.1, ja/ko/zh 0.3)."""
+    sources: list[SourceConfig]
+    seed: int = 0
+    val_fraction: float = 0.02
+    """Share of documents held out for validation and Level 1; never trained on."""
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    eval: EvalSetConfig = field(default_factory=EvalSetConfig)
+    encode_batch: int = 512
+    """Documents per ``encode_batch`` call when writing shards (both cores)."""
+
+    def __post_init__(self) -> None:
+        unknown = [lang for lang in self.mixture if lang not in LANGUAGES]
+        if unknown:
+            raise ValueError(f"mixture: unknown language {unknown[0]!r}")
+        if any(w <= 0 for w in self.mixture.values()):
+            raise ValueError("mixture: every weight must be positive")
+        if not math.isclose(sum(self.mixture.values()), 1.0, abs_tol=1e-6):
+            raise ValueError(f"mixture: weights sum to {sum(self.mixture.values()):g}, not 1")
+        covered = {s.language for s in self.sources}
+        if set(self.mixture) - covered:
+            raise ValueError(f"sources: no source for {sorted(set(self.mixture) - covered)}")
+        if covered - set(self.mixture):
+            raise ValueError(f"mixture: no weight for {sorted(covered - set(self.mixture))}")
+        if not 0 < self.val_fraction < 1:
+            raise ValueError("val_fraction must be in (0, 1)")

@@ -1,0 +1,152 @@
+"""Corpus sources: the embedded synthetic text, and anything ``datasets`` can load.
+
+The synthetic source samples words from ``wordfreq``'s ranked lists by their real
+frequencies into sentences and paragraphs with each language's punctuation and spacing
+(no spaces between Japanese or Chinese words), so character counts get the long tail of
+rare CJK characters the UTF-8 probes need. Everything is seeded: same config, same text.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from bytecanary.data.config import DatasetSource, SourceConfig, SyntheticSource
+from bytecanary.data.languages import LANGUAGES, Language, is_word_of
+from bytecanary.errors import BytecanaryError
+
+_WORDLISTS = ("large", "best")
+
+
+@lru_cache(maxsize=8)
+def _word_distribution(code: str, vocabulary: int) -> tuple[list[str], np.ndarray]:
+    import wordfreq
+
+    lang = LANGUAGES[code]
+    wordlist = next(w for w in _WORDLISTS if lang.code in wordfreq.available_languages(w))
+    freqs = wordfreq.get_frequency_dict(lang.code, wordlist=wordlist)
+    ranked = sorted(freqs.items(), key=lambda kv: (-kv[1], kv[0]))
+    words = [(w, f) for w, f in ranked if is_word_of(w, lang)][:vocabulary]
+    cdf = np.cumsum([f for _, f in words])
+    return [w for w, _ in words], cdf / cdf[-1]
+
+
+def synthetic_documents(lang: Language, src: SyntheticSource, seed: int) -> Iterator[str]:
+    """Documents of 1-3 paragraphs of 2-8 sentences, until ``src.megabytes`` is reached."""
+    words, cdf = _word_distribution(lang.code, src.vocabulary)
+    rng = np.random.default_rng([seed, sorted(LANGUAGES).index(lang.code)])
+    budget = int(src.megabytes * 1_000_000)
+    mean_words = 12 if lang.word_separator else 16  # CJK words are shorter
+    while budget > 0:
+        paragraphs = []
+        for _ in range(rng.integers(1, 4)):
+            sentences = []
+            for _ in range(rng.integers(2, 9)):
+                n = max(3, int(rng.poisson(mean_words)))
+                picks = [words[i] for i in np.searchsorted(cdf, rng.random(n), side="right")]
+                for i in np.flatnonzero(rng.random(n - 1) < 0.08):  # a comma now and then
+                    picks[i] += lang.comma.rstrip() if lang.word_separator else lang.comma
+                sentence = lang.word_separator.join(picks)
+                if lang.code == "en":
+                    sentence = sentence[0].upper() + sentence[1:]
+                end = lang.sentence_ends[int(rng.choice(3, p=[0.85, 0.1, 0.05]))]
+                sentences.append(sentence + end)
+            paragraphs.append("".join(sentences).rstrip())
+        doc = "\n".join(paragraphs)
+        budget -= len(doc.encode("utf-8"))
+        yield doc
+
+
+def _check_utf8(path: Path, where: str) -> None:
+    """Fail on the first non-UTF-8 byte of a local text file, naming file and offset."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as err:
+                raise BytecanaryError(
+                    f"{where}: {path} is not UTF-8 (byte {offset + err.start}: {err.reason})"
+                ) from None
+            offset += len(chunk)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise BytecanaryError(f"{where}: {path} is not UTF-8 (truncated at the end)") from None
+
+
+def dataset_documents(src: DatasetSource, where: str) -> Iterator[str]:
+    """Texts of one ``datasets`` source, capped by ``max_documents`` / ``max_megabytes``."""
+    import datasets
+
+    for pattern in src.data_files or []:
+        files = (
+            sorted(Path().glob(pattern)) if any(c in pattern for c in "*?[") else [Path(pattern)]
+        )
+        if not files or not all(f.exists() for f in files):
+            raise BytecanaryError(f"{where}: data_files: no file matches {pattern!r}")
+        for file in files:
+            if file.suffix not in (".parquet", ".arrow"):
+                _check_utf8(file, where)
+    try:
+        ds = datasets.load_dataset(
+            src.path,
+            src.name,
+            split=src.split,
+            data_files=src.data_files,
+            streaming=src.streaming,
+            revision=src.revision,
+            **src.builder_kwargs,
+        )
+    except Exception as err:  # datasets raises many types; all mean "this source won't load"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise BytecanaryError(
+            f"{where}: cannot load {src.path!r}: {type(err).__name__}: {first}"
+        ) from None
+    columns = ds.column_names
+    if columns is not None and src.text_column not in columns:
+        raise BytecanaryError(
+            f"{where}: text_column {src.text_column!r} not found (columns: {', '.join(columns)})"
+        )
+    budget = int(src.max_megabytes * 1_000_000) if src.max_megabytes else None
+    produced = 0
+    for row in ds:
+        if src.text_column not in row:
+            raise BytecanaryError(f"{where}: text_column {src.text_column!r} not found in a row")
+        text = row[src.text_column]
+        if not isinstance(text, str):
+            raise BytecanaryError(
+                f"{where}: text_column {src.text_column!r} holds {type(text).__name__}, not text"
+            )
+        if not text.strip():
+            continue
+        yield text
+        produced += 1
+        if budget is not None:
+            budget -= len(text.encode("utf-8"))
+            if budget <= 0:
+                break
+        if src.max_documents is not None and produced >= src.max_documents:
+            break
+    if produced == 0:
+        raise BytecanaryError(f"{where}: the source produced no documents")
+
+
+def source_documents(src: SourceConfig, index: int, seed: int) -> Iterator[str]:
+    where = f"sources[{index}] ({src.language})"
+    if src.synthetic is not None:
+        return synthetic_documents(LANGUAGES[src.language], src.synthetic, seed)
+    return dataset_documents(src.dataset, where)
+
+
+def read_documents(path: Path) -> Iterator[str]:
+    """Documents of a corpus JSONL file written by the corpus stage."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            yield json.loads(line)["text"]

@@ -1,0 +1,266 @@
+"""Eval sets for the UTF-8 probes (seeds/003 sections 3.1 and 3.3), and their loaders.
+
+Level 0: characters of a language in frequency tiers taken from a character snapshot of
+the training split. Seen characters of the language's blocks, sorted by count, are
+``common`` while they make the first ``tier_mass[0]`` of all occurrences, ``uncommon`` up
+to ``tier_mass[1]``, and ``rare`` after that. ``unseen`` are assigned code points of the
+language's blocks with zero count (Extension B gives zh 4-byte characters); the control
+tier ``unseen_3b`` keeps unseen 3-byte characters only, separating byte length from
+frequency. Level 1: held-out sentences that reach a rare or unseen character, cut right
+after it, topped up with template sentences when held-out text runs short.
+
+Files use the published formats (``../shared/CONVENTIONS.md``), so the paper's own eval
+files load too; malformed entries are rejected with their index.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bytecanary.data.languages import LANGUAGES, Language, block_characters, in_blocks
+from bytecanary.errors import BytecanaryError
+
+TIERS = ("common", "uncommon", "rare", "unseen", "unseen_3b")
+
+
+@dataclass(frozen=True)
+class CharEntry:
+    """One Level 0 character (a ``char_frequencies`` entry)."""
+
+    char: str
+    count: int
+    frequency: float
+    tier: str
+
+    def to_json(self) -> dict:
+        cp = ord(self.char)
+        return {
+            "char": self.char,
+            "codepoint": cp,
+            "hex": f"U+{cp:04X}",
+            "count": self.count,
+            "frequency": self.frequency,
+            "tier": self.tier,
+        }
+
+
+@dataclass(frozen=True)
+class Level0Set:
+    language: str
+    description: str
+    entries: list[CharEntry]
+
+
+@dataclass(frozen=True)
+class Level1Sample:
+    language: str
+    term: str
+    sentence_prompt: str
+    tier: str | None = None
+    source: str | None = None  # "heldout" or "template"
+
+
+# --- building -------------------------------------------------------------------------
+
+
+def count_characters(docs: Iterable[str]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for doc in docs:
+        counts.update(doc)
+    return counts
+
+
+def tier_characters(
+    counts: dict[str, int], lang: Language, tier_mass: tuple[float, float]
+) -> dict[str, list[str]]:
+    """Every character of the language's eval blocks, by tier (before sampling)."""
+    seen = sorted(
+        ((c, n) for c, n in counts.items() if n > 0 and in_blocks(c, lang.eval_blocks)),
+        key=lambda cn: (-cn[1], cn[0]),
+    )
+    total = sum(n for _, n in seen)
+    tiers: dict[str, list[str]] = {t: [] for t in TIERS}
+    before = 0
+    for char, n in seen:
+        share = before / total
+        tiers[
+            "common" if share < tier_mass[0] else "uncommon" if share < tier_mass[1] else "rare"
+        ].append(char)
+        before += n
+    unseen = [c for c in block_characters(lang.eval_blocks) if counts.get(c, 0) == 0]
+    tiers["unseen"] = unseen
+    tiers["unseen_3b"] = [
+        c for c in unseen if len(c.encode()) == 3 and in_blocks(c, lang.unseen_3b_blocks)
+    ]
+    return tiers
+
+
+def build_level0(
+    counts: dict[str, int],
+    lang: Language,
+    tier_mass: tuple[float, float],
+    max_per_tier: int,
+    seed: int,
+) -> Level0Set:
+    """Sample up to ``max_per_tier`` characters of each tier (seeded)."""
+    total = sum(counts.values()) or 1
+    rng = np.random.default_rng([seed, sorted(LANGUAGES).index(lang.code)])
+    entries = []
+    for tier, chars in tier_characters(counts, lang, tier_mass).items():
+        if len(chars) > max_per_tier:
+            chars = [chars[i] for i in sorted(rng.choice(len(chars), max_per_tier, replace=False))]
+        entries += [CharEntry(c, counts.get(c, 0), counts.get(c, 0) / total, tier) for c in chars]
+    description = (
+        f"Level 0 characters for {lang.code}: tiers by share of occurrences "
+        f"(common < {tier_mass[0]}, uncommon < {tier_mass[1]}, rare after), unseen = zero count"
+    )
+    return Level0Set(lang.code, description, entries)
+
+
+def _sentences(doc: str, lang: Language) -> Iterable[str]:
+    ends = "".join(re.escape(e.strip()) for e in lang.sentence_ends)
+    for paragraph in doc.split("\n"):
+        yield from (s.strip() for s in re.findall(rf"[^{ends}]*[{ends}]?", paragraph) if s.strip())
+
+
+def build_level1(
+    heldout_docs: Iterable[str],
+    level0: Level0Set,
+    targets: dict[str, str],
+    n: int,
+    min_context: int,
+    seed: int,
+) -> list[Level1Sample]:
+    """Held-out sentences reaching a target character (``targets``: char -> tier), one per
+    term, cut right after it; template sentences fill up to ``n``."""
+    lang = LANGUAGES[level0.language]
+    found: dict[str, Level1Sample] = {}
+    for doc in heldout_docs:
+        for sentence in _sentences(doc, lang):
+            for i, char in enumerate(sentence):
+                if i >= min_context and char in targets and char not in found:
+                    found[char] = Level1Sample(
+                        lang.code, char, sentence[: i + 1], targets[char], "heldout"
+                    )
+                    break
+    rng = np.random.default_rng([seed, 1, sorted(LANGUAGES).index(lang.code)])
+    samples = list(found.values())
+    if len(samples) > n:
+        samples = [samples[i] for i in sorted(rng.choice(len(samples), n, replace=False))]
+    fill = [e for e in level0.entries if e.tier in ("rare", "unseen") and e.char not in found]
+    for i in rng.permutation(len(fill))[: n - len(samples)]:
+        e = fill[i]
+        samples.append(
+            Level1Sample(lang.code, e.char, lang.template.format(c=e.char), e.tier, "template")
+        )
+    return samples
+
+
+# --- files ----------------------------------------------------------------------------
+
+
+def level0_json(s: Level0Set) -> dict:
+    return {
+        "description": s.description,
+        "language": s.language,
+        "char_frequencies": [e.to_json() for e in s.entries],
+    }
+
+
+def level1_json(samples: list[Level1Sample]) -> list[dict]:
+    return [{k: v for k, v in vars(s).items() if v is not None} for s in samples]
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BytecanaryError(f"{path}: no such eval-set file") from None
+    except UnicodeDecodeError as err:
+        raise BytecanaryError(f"{path}: not UTF-8 (byte {err.start}: {err.reason})") from None
+    except json.JSONDecodeError as err:
+        raise BytecanaryError(f"{path}: invalid JSON ({err.msg}, line {err.lineno})") from None
+
+
+def _language_of(path: Path, data: dict) -> str:
+    if data.get("language") in LANGUAGES:
+        return data["language"]
+    for token in re.split(r"[^a-z]+", path.stem.lower()):
+        if token in LANGUAGES:
+            return token
+    raise BytecanaryError(
+        f'{path}: cannot tell the language: add a top-level "language" '
+        f"({', '.join(LANGUAGES)}) or put the code in the file name (level0_ja.json)"
+    )
+
+
+def load_level0(path: str | Path) -> Level0Set:
+    """Read a Level 0 file in the published format, checking every entry."""
+    path = Path(path)
+    data = _read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("char_frequencies"), list):
+        raise BytecanaryError(f'{path}: expected an object with a "char_frequencies" list')
+    entries = []
+    for i, item in enumerate(data["char_frequencies"]):
+        where = f"{path}: char_frequencies[{i}]"
+        if not isinstance(item, dict):
+            raise BytecanaryError(f"{where}: expected an object, got {item!r}")
+        missing = [k for k in ("char", "count", "tier") if k not in item]
+        if missing:
+            raise BytecanaryError(f"{where}: missing {', '.join(missing)}")
+        char = item["char"]
+        if not isinstance(char, str) or len(char) != 1:
+            raise BytecanaryError(f"{where}: 'char' must be one character, got {char!r}")
+        if "codepoint" in item and item["codepoint"] != ord(char):
+            raise BytecanaryError(
+                f"{where}: 'codepoint' {item['codepoint']!r} is not that of {char!r} ({ord(char)})"
+            )
+        if "hex" in item and str(item["hex"]).upper() != f"U+{ord(char):04X}":
+            raise BytecanaryError(
+                f"{where}: 'hex' {item['hex']!r} is not that of {char!r} (U+{ord(char):04X})"
+            )
+        count = item["count"]
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise BytecanaryError(f"{where}: 'count' must be a non-negative integer, got {count!r}")
+        freq = item.get("frequency", 0.0)
+        if not isinstance(freq, int | float) or isinstance(freq, bool) or not 0 <= freq <= 1:
+            raise BytecanaryError(f"{where}: 'frequency' must be a number in [0, 1], got {freq!r}")
+        tier = item["tier"]
+        if not isinstance(tier, str) or not re.fullmatch(r"[a-z0-9_]+", tier):
+            raise BytecanaryError(f"{where}: 'tier' must be a lower-case name, got {tier!r}")
+        entries.append(CharEntry(char, count, float(freq), tier))
+    return Level0Set(_language_of(path, data), str(data.get("description", "")), entries)
+
+
+def load_level1(path: str | Path) -> list[Level1Sample]:
+    """Read a Level 1 file (a JSON list of {language, term, sentence_prompt})."""
+    path = Path(path)
+    data = _read_json(path)
+    if not isinstance(data, list):
+        raise BytecanaryError(f"{path}: expected a JSON list of samples")
+    samples = []
+    for i, item in enumerate(data):
+        where = f"{path}: [{i}]"
+        if not isinstance(item, dict):
+            raise BytecanaryError(f"{where}: expected an object, got {item!r}")
+        missing = [k for k in ("language", "term", "sentence_prompt") if k not in item]
+        if missing:
+            raise BytecanaryError(f"{where}: missing {', '.join(missing)}")
+        lang, term, prompt = item["language"], item["term"], item["sentence_prompt"]
+        if lang not in LANGUAGES:
+            raise BytecanaryError(
+                f"{where}: unknown language {lang!r} (known: {', '.join(LANGUAGES)})"
+            )
+        if not isinstance(term, str) or not term:
+            raise BytecanaryError(f"{where}: 'term' must be non-empty text")
+        if not isinstance(prompt, str) or not prompt.endswith(term):
+            raise BytecanaryError(f"{where}: 'sentence_prompt' must end with the term {term!r}")
+        samples.append(Level1Sample(lang, term, prompt, item.get("tier"), item.get("source")))
+    return samples

@@ -1,0 +1,113 @@
+"""What each language means to the corpus and the eval sets: scripts, blocks, punctuation.
+
+Evaluation characters are multi-byte (the probes ask a model to finish a character
+byte by byte), taken from each language's own Unicode blocks (seeds/003 section 3.1).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+
+from bytecanary.errors import BytecanaryError
+
+# Unicode blocks as inclusive (first, last) code point ranges
+LATIN_1_LETTERS = [(0x00C0, 0x00D6), (0x00D8, 0x00F6), (0x00F8, 0x00FF)]
+LATIN_EXTENDED = [(0x0100, 0x024F)]  # Latin Extended-A and -B: 2 bytes
+LATIN_EXTENDED_ADDITIONAL = [(0x1E00, 0x1EFF)]  # 3 bytes
+HIRAGANA = [(0x3041, 0x3096)]
+KATAKANA = [(0x30A1, 0x30FA)]
+HANGUL_SYLLABLES = [(0xAC00, 0xD7A3)]
+CJK_UNIFIED = [(0x4E00, 0x9FFF)]
+CJK_EXT_A = [(0x3400, 0x4DBF)]
+CJK_EXT_B = [(0x20000, 0x2A6DF)]  # 4 bytes
+
+
+@dataclass(frozen=True)
+class Language:
+    """One language: which characters it writes and how its sentences look."""
+
+    code: str
+    word_blocks: list[tuple[int, int]]  # characters a corpus word may use (besides ASCII for en)
+    eval_blocks: list[tuple[int, int]]  # where eval characters come from, seen or unseen
+    unseen_3b_blocks: list[tuple[int, int]]  # 3-byte blocks for the unseen_3b control tier
+    word_separator: str  # between words: " " or "" (no spaces in Japanese and Chinese)
+    sentence_ends: tuple[str, ...]  # sentence-final punctuation, most common first
+    comma: str
+    template: str  # a Level 1 sentence around a character {c}, when held-out text runs short
+
+
+LANGUAGES: dict[str, Language] = {
+    "en": Language(
+        "en",
+        LATIN_1_LETTERS + LATIN_EXTENDED,
+        LATIN_1_LETTERS + LATIN_EXTENDED + LATIN_EXTENDED_ADDITIONAL,
+        LATIN_EXTENDED_ADDITIONAL,
+        " ",
+        (". ", "? ", "! "),
+        ", ",
+        "The word is spelled with the letter {c}",
+    ),
+    "ja": Language(
+        "ja",
+        HIRAGANA + KATAKANA + [(0x30FC, 0x30FC)] + CJK_UNIFIED,
+        HIRAGANA + KATAKANA + CJK_UNIFIED,
+        CJK_UNIFIED,
+        "",
+        ("。", "？", "！"),
+        "、",
+        "この言葉には「{c}",
+    ),
+    "ko": Language(
+        "ko",
+        HANGUL_SYLLABLES,
+        HANGUL_SYLLABLES,
+        HANGUL_SYLLABLES,
+        " ",
+        (". ", "? ", "! "),
+        ", ",
+        "이 단어에는 {c}",
+    ),
+    "zh": Language(
+        "zh",
+        CJK_UNIFIED + CJK_EXT_A + CJK_EXT_B,
+        CJK_UNIFIED + CJK_EXT_A + CJK_EXT_B,
+        CJK_UNIFIED + CJK_EXT_A,
+        "",
+        ("。", "？", "！"),
+        "，",
+        "这个词里有一个字「{c}",
+    ),
+}
+
+
+def get_language(code: str, where: str = "language") -> Language:
+    """The language for ``code``; a clear error names ``where`` the code came from."""
+    if code not in LANGUAGES:
+        raise BytecanaryError(f"{where}: unknown language {code!r} (known: {', '.join(LANGUAGES)})")
+    return LANGUAGES[code]
+
+
+def in_blocks(char: str, blocks: list[tuple[int, int]]) -> bool:
+    cp = ord(char)
+    return any(lo <= cp <= hi for lo, hi in blocks)
+
+
+def is_assigned(char: str) -> bool:
+    """True for code points Unicode assigns (not unassigned, surrogate or private use)."""
+    return unicodedata.category(char) not in ("Cn", "Cs", "Co")
+
+
+def block_characters(blocks: list[tuple[int, int]]) -> list[str]:
+    """Every assigned character of ``blocks``, in code point order."""
+    return [c for lo, hi in blocks for c in map(chr, range(lo, hi + 1)) if is_assigned(c)]
+
+
+def is_word_of(word: str, lang: Language) -> bool:
+    """Whether a word-list entry belongs to the language's script (drops Latin words
+    from CJK lists, digits, symbols)."""
+    if lang.code == "en":
+        return word.replace("'", "").isalpha() and all(
+            c.isascii() or in_blocks(c, lang.word_blocks) for c in word
+        )
+    return all(in_blocks(c, lang.word_blocks) for c in word)

@@ -1,0 +1,284 @@
+"""``bytecanary prepare``: corpus -> tokenizer -> shards -> character snapshot -> eval sets.
+
+Each stage writes into a temporary folder that replaces ``<out>/<stage>`` only when the
+stage has finished, with ``stage.json`` recording the hash of everything it read (its
+config slice and the hashes of the stages before it). A rerun skips every stage whose
+hash still matches, so an interrupted run resumes at the stage it was in, and no stage
+ever leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from bytecanary.bytecodec import ByteCodec
+from bytecanary.config import load_config
+from bytecanary.data import evalsets, shards
+from bytecanary.data.config import DataConfig
+from bytecanary.data.corpus import read_documents, source_documents
+from bytecanary.data.languages import LANGUAGES
+from bytecanary.data.tokenizer import save_tokenizer, train_tokenizer
+from bytecanary.io import atomic_dir, write_json
+
+STAGE_FILE = "stage.json"
+
+
+def _hash(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def run_stage(out: Path, name: str, key: dict, build: Callable[[Path], dict]) -> dict:
+    """Run ``build(tmp_dir) -> info`` unless ``out/name`` finished with the same key."""
+    stage_dir = out / name
+    digest = _hash(key)
+    meta_path = stage_dir / STAGE_FILE
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("hash") == digest:
+            print(f"[{name}] up to date, skipped")
+            return meta
+    for stale in out.glob(f".{name}.*.tmp"):  # left by a run that was killed mid-stage
+        shutil.rmtree(stale, ignore_errors=True)
+    start = time.perf_counter()
+    with atomic_dir(stage_dir) as tmp:
+        info = build(tmp)
+        meta = {"hash": digest, "seconds": round(time.perf_counter() - start, 1), **info}
+        write_json(tmp / STAGE_FILE, meta)
+    print(f"[{name}] done in {meta['seconds']:.1f} s")
+    return meta
+
+
+# --- stages ---------------------------------------------------------------------------
+
+
+def _corpus(cfg: DataConfig, tmp: Path) -> dict:
+    stats = {lang: {s: {"documents": 0, "bytes": 0} for s in shards.SPLITS} for lang in cfg.mixture}
+    with ExitStack() as stack:
+        files = {}
+        for lang in cfg.mixture:
+            (tmp / lang).mkdir()
+            for split in shards.SPLITS:
+                path = tmp / lang / f"{split}.jsonl"
+                files[lang, split] = stack.enter_context(open(path, "w", encoding="utf-8"))
+        for i, src in enumerate(cfg.sources):
+            rng = np.random.default_rng([cfg.seed, 2, i])
+            desc = f"corpus {src.language} [{i}]"
+            with tqdm(desc=desc, unit="B", unit_scale=True, leave=False) as bar:
+                for doc in source_documents(src, i, cfg.seed):
+                    split = "val" if rng.random() < cfg.val_fraction else "train"
+                    files[src.language, split].write(json.dumps({"text": doc}, ensure_ascii=False))
+                    files[src.language, split].write("\n")
+                    size = len(doc.encode("utf-8"))
+                    stats[src.language][split]["documents"] += 1
+                    stats[src.language][split]["bytes"] += size
+                    bar.update(size)
+    return {"languages": stats}
+
+
+def _tokenizer_texts(cfg: DataConfig, corpus_dir: Path) -> list[str]:
+    """The training split, up to ``train_megabytes`` split across languages by weight."""
+    texts = []
+    for lang, weight in cfg.mixture.items():
+        budget = (cfg.tokenizer.train_megabytes or float("inf")) * 1e6 * weight
+        for doc in read_documents(corpus_dir / lang / "train.jsonl"):
+            if budget <= 0:
+                break
+            texts.append(doc)
+            budget -= len(doc.encode("utf-8"))
+    return texts
+
+
+def _tokenizer(cfg: DataConfig, corpus_dir: Path, tmp: Path) -> dict:
+    tok = train_tokenizer(cfg.tokenizer, _tokenizer_texts(cfg, corpus_dir))
+    return {"tokenizer_hash": save_tokenizer(tok, tmp), "vocab_size": len(tok)}
+
+
+def _shards(cfg: DataConfig, corpus_dir: Path, tok_dir: Path, tok_meta: dict, tmp: Path) -> dict:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    codec = ByteCodec.from_tokenizer(tok)
+    dtype = shards.token_dtype(len(tok))
+    encoded, doc_bytes = {}, {}
+    for lang in cfg.mixture:
+        for split in shards.SPLITS:
+            docs = list(read_documents(corpus_dir / lang / f"{split}.jsonl"))
+            doc_bytes[lang, split] = np.array(
+                [len(d.encode("utf-8")) for d in docs], dtype=np.int64
+            )
+            encoded[lang, split] = shards.encode_documents(
+                tok, docs, cfg.encode_batch, dtype, desc=f"encode {lang} {split}"
+            )
+    available = {lang: len(encoded[lang, "train"].ids) for lang in cfg.mixture}
+    targets = shards.mixture_cut(available, cfg.mixture)
+    index: dict = {
+        "tokenizer_hash": tok_meta["tokenizer_hash"],
+        "dtype": dtype.name,
+        "eos_id": tok.eos_token_id,
+        "vocab_size": len(tok),
+        "languages": {},
+    }
+    for lang in cfg.mixture:
+        train = encoded[lang, "train"]
+        keep = shards.docs_within(train.doc_tokens(), targets[lang])
+        entry = {"sources": [_source_name(s) for s in cfg.sources if s.language == lang]}
+        for split, enc in (("train", train.head(keep)), ("val", encoded[lang, "val"])):
+            entry[split] = shards.write_split(tmp, lang, split, enc)
+            entry[split]["bytes"] = int(doc_bytes[lang, split][: len(enc.starts)].sum())
+            entry[split]["byte_fallback_rate"] = (
+                float(codec.is_byte_token[enc.ids].mean()) if len(enc.ids) else 0.0
+            )
+        entry["train"]["documents_available"] = len(train.starts)
+        index["languages"][lang] = entry
+    total = sum(e["train"]["tokens"] for e in index["languages"].values())
+    for entry in index["languages"].values():
+        entry["train"]["share"] = entry["train"]["tokens"] / total
+    write_json(tmp / "index.json", index)
+    return {"index": "index.json", "train_tokens": total}
+
+
+def _source_name(src) -> str:
+    if src.synthetic is not None:
+        return f"synthetic(wordfreq, {src.synthetic.megabytes} MB)"
+    return f"{src.dataset.path}" + (f"/{src.dataset.name}" if src.dataset.name else "")
+
+
+def _snapshot(cfg: DataConfig, corpus_dir: Path, shard_dir: Path, tmp: Path) -> dict:
+    index = json.loads((shard_dir / "index.json").read_text(encoding="utf-8"))
+    budgets: dict[str, dict] = {}
+    for budget in ["all", *map(str, cfg.eval.snapshot_tokens)]:
+        languages = {}
+        for lang, weight in cfg.mixture.items():
+            starts = np.load(shard_dir / lang / "train.idx.npy")
+            n_tokens = index["languages"][lang]["train"]["tokens"]
+            doc_tokens = np.diff(np.append(starts, n_tokens))
+            keep = (
+                len(starts)
+                if budget == "all"
+                else shards.docs_within(doc_tokens, int(int(budget) * weight))
+            )
+            docs = read_documents(corpus_dir / lang / "train.jsonl")
+            counts = evalsets.count_characters(
+                tqdm(
+                    (next(docs) for _ in range(keep)),
+                    total=keep,
+                    desc=f"snapshot {budget} {lang}",
+                    leave=False,
+                )
+            )
+            languages[lang] = {
+                "tokens": int(doc_tokens[:keep].sum()),
+                "characters": sum(counts.values()),
+                "counts": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+            }
+        budgets[budget] = {
+            "tokens": sum(v["tokens"] for v in languages.values()),
+            "languages": languages,
+        }
+    write_json(tmp / "chars.json", {"budgets": budgets})
+    return {"budgets": list(budgets)}
+
+
+def _evalsets(cfg: DataConfig, corpus_dir: Path, snapshot_dir: Path, tmp: Path) -> dict:
+    snapshot = json.loads((snapshot_dir / "chars.json").read_text(encoding="utf-8"))
+    budget = str(cfg.eval.tier_budget) if cfg.eval.tier_budget is not None else "all"
+    level1: list[evalsets.Level1Sample] = []
+    sizes: dict[str, dict] = {}
+    for lang in tqdm(cfg.mixture, desc="eval sets", leave=False):
+        counts = snapshot["budgets"][budget]["languages"][lang]["counts"]
+        language = LANGUAGES[lang]
+        level0 = evalsets.build_level0(
+            counts, language, cfg.eval.tier_mass, cfg.eval.max_per_tier, cfg.seed
+        )
+        write_json(tmp / f"level0_{lang}.json", evalsets.level0_json(level0))
+        tiers = evalsets.tier_characters(counts, language, cfg.eval.tier_mass)
+        targets = {c: t for t in ("rare", "unseen") for c in tiers[t]}
+        samples = evalsets.build_level1(
+            read_documents(corpus_dir / lang / "val.jsonl"),
+            level0,
+            targets,
+            cfg.eval.level1_per_language,
+            cfg.eval.min_context_chars,
+            cfg.seed,
+        )
+        level1 += samples
+        sizes[lang] = {
+            "level0": {t: sum(e.tier == t for e in level0.entries) for t in evalsets.TIERS},
+            "level1": {s: sum(x.source == s for x in samples) for s in ("heldout", "template")},
+        }
+    write_json(tmp / "level1.json", evalsets.level1_json(level1))
+    return {"tier_budget": budget, "sizes": sizes}
+
+
+# --- the command ----------------------------------------------------------------------
+
+
+def prepare(config_path: str | Path, out: str | Path | None = None) -> Path:
+    """Run every stage that is not up to date; print the summary; return the data folder."""
+    cfg = load_config(DataConfig, config_path)
+    out = Path(out) if out is not None else Path("data") / cfg.name
+    out.mkdir(parents=True, exist_ok=True)
+    corpus_key = {
+        "seed": cfg.seed,
+        "val_fraction": cfg.val_fraction,
+        "sources": asdict(cfg)["sources"],
+        "languages": sorted(cfg.mixture),
+    }
+    corpus = run_stage(out, "corpus", corpus_key, lambda tmp: _corpus(cfg, tmp))
+    tok_key = {"corpus": corpus["hash"], "tokenizer": asdict(cfg.tokenizer), "mixture": cfg.mixture}
+    tok = run_stage(out, "tokenizer", tok_key, lambda tmp: _tokenizer(cfg, out / "corpus", tmp))
+    shard_key = {
+        "corpus": corpus["hash"],
+        "tokenizer": tok["tokenizer_hash"],
+        "mixture": cfg.mixture,
+    }
+    shard = run_stage(
+        out,
+        "shards",
+        shard_key,
+        lambda tmp: _shards(cfg, out / "corpus", out / "tokenizer", tok, tmp),
+    )
+    snap_key = {"shards": shard["hash"], "budgets": cfg.eval.snapshot_tokens}
+    snap = run_stage(
+        out, "snapshot", snap_key, lambda tmp: _snapshot(cfg, out / "corpus", out / "shards", tmp)
+    )
+    eval_key = {"snapshot": snap["hash"], "eval": asdict(cfg.eval), "seed": cfg.seed}
+    evals = run_stage(
+        out, "evalsets", eval_key, lambda tmp: _evalsets(cfg, out / "corpus", out / "snapshot", tmp)
+    )
+    print(summary(cfg, out, tok, evals))
+    return out
+
+
+def summary(cfg: DataConfig, out: Path, tok: dict, evals: dict) -> str:
+    """The end-of-run table: tokens, bytes, mixture, byte-fallback rate, eval-set sizes."""
+    index = json.loads((out / "shards" / "index.json").read_text(encoding="utf-8"))
+    head = f"{'lang':<5}{'train tok':>11}{'val tok':>9}{'train MB':>9}{'mix cfg':>8}"
+    head += f"{'mix real':>9}{'byte-fb':>8}"
+    head += "".join(f"{t:>10}" for t in evalsets.TIERS) + f"{'L1 held/tpl':>13}"
+    lines = [
+        f"data: {out}   tokenizer: {cfg.tokenizer.kind}, vocab {tok['vocab_size']}, "
+        f"hash {tok['tokenizer_hash']}",
+        head,
+    ]
+    for lang, entry in index["languages"].items():
+        sizes = evals["sizes"][lang]
+        mb = entry["train"]["bytes"] / 1e6
+        row = (
+            f"{lang:<5}{entry['train']['tokens']:>11,}{entry['val']['tokens']:>9,}{mb:>9.1f}"
+            f"{cfg.mixture[lang]:>8.3f}{entry['train']['share']:>9.3f}{entry['train']['byte_fallback_rate']:>8.3f}"
+        )
+        row += "".join(f"{sizes['level0'][t]:>10}" for t in evalsets.TIERS)
+        row += f"{sizes['level1']['heldout']:>7}/{sizes['level1']['template']:<5}"
+        lines.append(row)
+    return "\n".join(lines)

@@ -1,0 +1,71 @@
+"""Every YAML in configs/ validates; bad configs fail with the file and field named."""
+
+from pathlib import Path
+
+import pytest
+
+from bytecanary.config import ConfigError, load_config
+from bytecanary.data.config import DataConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "configs" / "data").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_every_data_config_validates(path):
+    cfg = load_config(DataConfig, path)
+    assert cfg.name == path.stem
+    assert sum(cfg.mixture.values()) == pytest.approx(1.0)
+
+
+def test_paper_config_is_the_paper_setup():
+    cfg = load_config(DataConfig, ROOT / "configs" / "data" / "paper.yaml")
+    assert cfg.mixture == {"en": 0.1, "ja": 0.3, "ko": 0.3, "zh": 0.3}
+    assert cfg.tokenizer.kind == "byte_fallback" and cfg.tokenizer.vocab_size == 8192
+    assert all(s.dataset is not None and s.dataset.streaming for s in cfg.sources)
+
+
+BASE = """
+name: x
+mixture: {en: 0.5, ja: 0.5}
+sources:
+  - {language: en, synthetic: {megabytes: 1}}
+  - {language: ja, synthetic: {megabytes: 1}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ("megabytes: 1}}\n  - {language: ja", "megabytes: big}}\n  - {language: ja"),
+            r"sources\[0\]\.synthetic\.megabytes: expected float, got 'big'",
+        ),
+        (
+            ("name: x", "name: x\ntokenizr: {}"),
+            r"tokenizr: unknown key \(did you mean 'tokenizer'\?\)",
+        ),
+        (("ja: 0.5}", "ja: 0.4}"), r"mixture: weights sum to 0.9, not 1"),
+        (("language: ja", "language: jp"), r"sources\[1\]: language: unknown language 'jp'"),
+        (("name: x\n", ""), r"name: missing required key"),
+        (
+            ("name: x", "name: x\ntokenizer: {kind: sentencepiece}"),
+            r"tokenizer\.kind: must be one of",
+        ),
+        (("name: x", "name: [x"), r"invalid YAML"),
+    ],
+)
+def test_bad_configs_name_file_and_field(tmp_path, edit, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(BASE.replace(*edit))
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(DataConfig, path)
+    assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)
+
+
+def test_non_utf8_config(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(BASE.encode() + b"# caf\xe9\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(DataConfig, path)
