@@ -40,6 +40,15 @@ def _build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--config", required=True, help="data config, e.g. configs/data/default.yaml")
     prep.add_argument("--out", default=None, help="output folder (default: data/<config name>)")
     prep.set_defaults(run=_prepare)
+    sub.add_parser(
+        "train",
+        help="train with LightningCLI: --config configs/tiny.yaml [--trainer.max_steps=N ...]",
+        add_help=False,
+    )
+    export = sub.add_parser("export", help="Lightning checkpoint -> HF save_pretrained folder")
+    export.add_argument("checkpoint", help="a .ckpt file")
+    export.add_argument("out_dir", help="output folder (safetensors + tokenizer)")
+    export.set_defaults(run=_export)
     demo = sub.add_parser("demo", help="run the embedded default end to end")
     demo.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
     demo.add_argument("--minutes", type=float, default=10.0, help="time budget in minutes")
@@ -51,8 +60,26 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _train(args: argparse.Namespace) -> int:
+    from train.cli import main as train_main
+
+    return train_main(args.lightning_args)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from train.checkpointing import export
+
+    out = export(args.checkpoint, args.out_dir)
+    print(f"exported {args.checkpoint} -> {out} (AutoModelForCausalLM / AutoTokenizer load it)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:  # LightningCLI parses its own arguments
+        args = argparse.Namespace(run=_train, lightning_args=argv[1:])
+    else:
+        args = _build_parser().parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)

@@ -1,6 +1,10 @@
-"""Tiny tokenizers of every supported family, built in-process (nothing downloads)."""
+"""Shared fixtures: tiny tokenizers of every family and a small prepared data folder
+(built in-process in seconds; nothing downloads)."""
+
+from pathlib import Path
 
 import pytest
+import yaml
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import ByT5Tokenizer, PreTrainedTokenizerFast
 
@@ -78,3 +82,33 @@ def any_tokenizer(request, byte_fallback_tokenizer, gpt2_tokenizer, bytes_tokeni
         "gpt2": gpt2_tokenizer,
         "bytes": bytes_tokenizer,
     }[request.param]
+
+
+SMALL = {
+    "name": "small",
+    "seed": 3,
+    "mixture": {"en": 0.1, "ja": 0.3, "ko": 0.3, "zh": 0.3},
+    "val_fraction": 0.05,
+    "sources": [
+        {"language": "en", "synthetic": {"megabytes": 0.15}},
+        {"language": "ja", "synthetic": {"megabytes": 0.4}},
+        {"language": "ko", "synthetic": {"megabytes": 0.4}},
+        {"language": "zh", "synthetic": {"megabytes": 0.4}},
+    ],
+    "tokenizer": {"vocab_size": 1200, "character_coverage": 0.995},
+    "eval": {"max_per_tier": 40, "snapshot_tokens": [50000], "level1_per_language": 16},
+}
+
+
+def write_config(path: Path, **overrides) -> Path:
+    cfg = {**SMALL, **overrides}
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_data(tmp_path_factory) -> Path:
+    from bytecanary.data.prepare import prepare
+
+    root = tmp_path_factory.mktemp("small")
+    return prepare(write_config(root / "small.yaml"), root / "data")

@@ -7,7 +7,7 @@ import pytest
 from bytecanary import utf8
 from bytecanary.cli import main
 
-from .data.conftest import write_config
+from .conftest import write_config
 
 
 def test_help_lists_commands(capsys):

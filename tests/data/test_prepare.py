@@ -17,7 +17,7 @@ from bytecanary.data.corpus import read_documents
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.data.prepare import prepare
 
-from .conftest import SMALL, write_config
+from ..conftest import SMALL, write_config
 
 STAGES = ["corpus", "tokenizer", "shards", "snapshot", "evalsets"]
 

@@ -1,0 +1,171 @@
+"""Training end to end: loss falls, schedule, metrics, W&B offline, export, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from bytecanary.errors import BytecanaryError
+from train.checkpointing import export, load_checkpoint, log_spaced_steps
+from train.loggers import read_metrics
+from train.model import ArchConfig, build_model, count_parameters
+
+from .conftest import run_train, train_cmd
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_355m_preset_has_gpt2_medium_shape():
+    cfg = yaml.safe_load((ROOT / "configs" / "gpt2-355m.yaml").read_text())
+    arch = ArchConfig(**cfg["model"]["arch"])
+    with torch.device("meta"):
+        model = build_model(arch, vocab_size=8192)
+    c = model.config
+    assert (c.n_layer, c.n_head, c.n_embd, c.n_positions, c.vocab_size) == (
+        24,
+        16,
+        1024,
+        1024,
+        8192,
+    )
+    d, layers = 1024, 24
+    per_layer = 12 * d * d + 13 * d  # qkv, proj, mlp weights + biases + 2 LayerNorms
+    want = layers * per_layer + 8192 * d + 1024 * d + 2 * d  # wte (tied), wpe, final LN
+    assert count_parameters(model) == want
+    assert 300e6 < want < 320e6
+    assert cfg["trainer"]["precision"] == "bf16-mixed"
+
+
+@pytest.mark.parametrize("name", ["tiny.yaml", "gpt2-355m.yaml"])
+def test_training_configs_parse(name, small_data):
+    out = subprocess.run(
+        train_cmd(ROOT / "configs" / name, "--data.data_dir", str(small_data), "--print_config"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    printed = yaml.safe_load(out.stdout)
+    assert printed["data"]["data_dir"] == str(small_data)
+    assert printed["model"]["arch"]["n_positions"] in (256, 1024)  # data.seq_len follows it
+    assert set(printed) >= {"model", "data", "trainer", "run"}
+
+
+def test_micro_run_learns_and_writes_the_run_folder(micro, tmp_path):
+    run_train(micro, "--run.name", "a", "--trainer.max_steps", "24", "--run.log_spaced_until", "4")
+    run = tmp_path / "runs" / "a"
+    saved = sorted(p.name for p in (run / "checkpoints").glob("*.ckpt"))
+    want = sorted({*(f"step{s:07d}.ckpt" for s in {1, 2, 4, 8, 12, 16, 20, 24})} | {"last.ckpt"})
+    assert saved == want
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["trainer"]["max_steps"] == 24 and config["run"]["name"] == "a"
+    rows = read_metrics(run / "metrics.jsonl")
+    train = [r for r in rows if "train/loss" in r]
+    val = [r for r in rows if "val/ppl" in r]
+    assert [r["step"] for r in train] == list(range(2, 25, 2))
+    assert [r["step"] for r in val] == [4, 8, 12, 16, 20, 24]
+    assert all(r["tokens_seen"] == r["step"] * 8 * 32 for r in rows)
+    assert val[-1]["val/ppl"] < 0.5 * val[0]["val/ppl"]  # perplexity falls
+    assert {f"val/{lang}/ppl" for lang in ("en", "ja", "ko", "zh")} <= set(val[-1])
+    for row in val:  # overall ppl is the token-weighted mean of the languages' losses
+        assert row["val/ppl"] == pytest.approx(np.exp(row["val/loss"]), rel=1e-5)
+    ckpt = load_checkpoint(run / "checkpoints" / "step0000012.ckpt")
+    meta = ckpt["bytecanary"]
+    assert meta["step"] == 12 and meta["tokens_seen"] == 12 * 8 * 32
+    assert meta["config"]["trainer"]["max_steps"] == 24
+    assert Path(meta["tokenizer_path"]).name == "tokenizer"
+
+
+def test_log_spaced_schedule():
+    assert log_spaced_steps(512) == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
+    assert log_spaced_steps(None) == set()
+
+
+def test_wandb_offline_run_holds_the_curves(micro, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_MODE")}
+    proc = subprocess.run(
+        train_cmd(micro, "--run.name", "w", "--run.wandb", "true", "--trainer.max_steps", "8"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "wandb sync" in proc.stderr + proc.stdout
+    runs = list((tmp_path / "runs" / "w" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    history = _wandb_history(runs[0])
+    assert any("val/ppl" in h and "tokens_seen" in h for h in history)
+    assert max(h.get("tokens_seen", 0) for h in history) == 8 * 8 * 32
+    axis = _wandb_defined_metrics(runs[0])
+    assert axis.get("val/*") == "tokens_seen" and axis.get("train/*") == "tokens_seen"
+
+
+def _wandb_records(run_dir: Path, kind: str) -> list[dict]:
+    """Records of an offline run, read back with W&B's own log inspector."""
+    wandb_bin = Path(sys.executable).parent / "wandb"
+    out = subprocess.run(
+        [str(wandb_bin), "leet", "inspect", "--json", str(run_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return [r[kind] for r in records if r.get("type") == kind]
+
+
+def _wandb_history(run_dir: Path) -> list[dict]:
+    return [h["item"] for h in _wandb_records(run_dir, "history")]
+
+
+def _wandb_defined_metrics(run_dir: Path) -> dict[str, str]:
+    metrics = _wandb_records(run_dir, "metric")
+    return {m["glob_name"]: m.get("step_metric") for m in metrics if "glob_name" in m}
+
+
+def test_export_round_trip(micro, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run_train(micro, "--run.name", "e", "--trainer.max_steps", "4")
+    ckpt = tmp_path / "runs" / "e" / "checkpoints" / "last.ckpt"
+    out = export(ckpt, tmp_path / "hf")
+    assert (out / "model.safetensors").exists()
+    model = AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    tok = AutoTokenizer.from_pretrained(str(out))
+    ids = torch.tensor([tok.encode("日本語の文章", add_special_tokens=False)])
+    state = {k.removeprefix("model."): v for k, v in load_checkpoint(ckpt)["state_dict"].items()}
+    ref = type(model)(model.config).eval()
+    ref.load_state_dict(state)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, ref(ids).logits, rtol=0, atol=0)
+    assert json.loads((out / "bytecanary.json").read_text())["step"] == 4
+
+
+def test_corrupt_checkpoint_is_one_clear_error(micro, tmp_path):
+    run_train(micro, "--run.name", "c", "--trainer.max_steps", "4")
+    ckpt = tmp_path / "runs" / "c" / "checkpoints" / "last.ckpt"
+    data = ckpt.read_bytes()
+    bad = tmp_path / "truncated.ckpt"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(BytecanaryError, match=r"truncated\.ckpt: not a loadable checkpoint"):
+        load_checkpoint(bad)
+    proc = subprocess.run(
+        [*train_cmd(micro)[:3], "export", str(bad), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
+    assert "truncated.ckpt" in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_training_twice_into_one_run_folder_needs_resume(micro, tmp_path):
+    run_train(micro, "--run.name", "r", "--trainer.max_steps", "4")
+    proc = subprocess.run(train_cmd(micro, "--run.name", "r"), capture_output=True, text=True)
+    assert proc.returncode == 2 and "--run.resume=true" in proc.stderr

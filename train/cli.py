@@ -1,0 +1,142 @@
+"""``bytecanary train``: LightningCLI over ByteLM and ShardDataModule.
+
+Configs compose (``--config a.yaml --config b.yaml``) from the sections ``model``,
+``data``, ``trainer`` and ``run``; ``--print_config`` prints the resolved one. The run
+folder ``<run.root>/<run.name>/`` gets config.yaml, checkpoints/, metrics.jsonl and
+wandb/ (``../shared/CONVENTIONS.md``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities import rank_zero_info
+
+from bytecanary.errors import BytecanaryError
+from bytecanary.io import atomic_path
+from train.checkpointing import AtomicCheckpointIO, ScheduledCheckpoint
+from train.datamodule import ShardDataModule
+from train.loggers import (
+    JsonlLogger,
+    TruncateMetricsOnStart,
+    define_tokens_seen_axis,
+    finish_wandb,
+    make_wandb_logger,
+)
+from train.module import ByteLM
+
+
+@dataclass
+class RunConfig:
+    """Where a run lives and how it is checkpointed and logged."""
+
+    name: str = "tiny"
+    """Run name: the folder <root>/<name> and the W&B run name."""
+    root: str = "runs"
+    experiment: str | None = None
+    """W&B group (default: the run name)."""
+    wandb_project: str = "bytecanary"
+    wandb: bool = True
+    """Log to W&B (offline without an API key); metrics.jsonl is always written."""
+    checkpoint_every: int = 100
+    """Save a checkpoint every this many optimizer steps."""
+    log_spaced_until: int | None = 512
+    """Also save at steps 1, 2, 4, ... up to this (None: off)."""
+    resume: bool = False
+    """Continue from <root>/<name>/checkpoints/last.ckpt."""
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.root) / self.name
+
+
+class BytecanaryCLI(LightningCLI):
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_class_arguments(RunConfig, "run")
+        parser.link_arguments("model.arch.n_positions", "data.seq_len")
+        parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
+        parser.link_arguments("data.eos_token_id", "model.eos_token_id", apply_on="instantiate")
+
+    def run_config(self) -> RunConfig:
+        return RunConfig(**vars(self.config["run"]))
+
+    def instantiate_trainer(self, **kwargs: Any):
+        run = self.run_config()
+        loggers: list = [JsonlLogger(run.dir / "metrics.jsonl")]
+        if run.wandb:
+            loggers.append(make_wandb_logger(run.dir, run.name, run.wandb_project, run.experiment))
+        callbacks = list(self.config_init["trainer"].get("callbacks") or [])
+        callbacks.append(
+            ScheduledCheckpoint(run.dir / "checkpoints", run.checkpoint_every, run.log_spaced_until)
+        )
+        callbacks.append(TruncateMetricsOnStart())
+        kwargs.update(
+            default_root_dir=str(run.dir),
+            logger=loggers,
+            callbacks=callbacks,
+            plugins=[AtomicCheckpointIO()],
+        )
+        return super().instantiate_trainer(**kwargs)
+
+
+TRAINER_DEFAULTS = {
+    "max_steps": 1000,
+    "max_epochs": -1,
+    "val_check_interval": 100,
+    "check_val_every_n_epoch": None,
+    "log_every_n_steps": 10,
+    "num_sanity_val_steps": 0,
+    "use_distributed_sampler": False,
+    "gradient_clip_val": 1.0,
+}
+
+
+def main(args: list[str] | None = None) -> int:
+    # `bytecanary train ...` passes its own argv; sys.argv stays whole for DDP's re-launch
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+    cli = BytecanaryCLI(
+        ByteLM,
+        ShardDataModule,
+        args=args,
+        run=False,
+        save_config_callback=None,
+        auto_configure_optimizers=False,
+        trainer_defaults=TRAINER_DEFAULTS,
+        seed_everything_default=0,
+        parser_kwargs={"prog": "bytecanary train", "default_config_files": []},
+    )
+    run = cli.run_config()
+    last = run.dir / "checkpoints" / "last.ckpt"
+    if run.resume and not last.exists():
+        raise BytecanaryError(f"run.resume: no checkpoint to resume at {last}")
+    if not run.resume and any((run.dir / "checkpoints").glob("*.ckpt")):
+        raise BytecanaryError(
+            f"{run.dir} already holds checkpoints: pass --run.resume=true to continue it, "
+            "or choose another --run.name"
+        )
+    trainer = cli.trainer
+    config = cli.parser.dump(cli.config, skip_none=False)
+    if trainer.is_global_zero:
+        with atomic_path(run.dir / "config.yaml") as tmp:
+            tmp.write_text(config, encoding="utf-8")
+    cli.model.run_config = yaml.safe_load(config)  # plain types: checkpoints stay weights_only
+    wandb_logger = next((lg for lg in trainer.loggers if not isinstance(lg, JsonlLogger)), None)
+    try:
+        if wandb_logger is not None and trainer.is_global_zero:
+            define_tokens_seen_axis(wandb_logger)
+            wandb_logger.log_hyperparams(cli.model.run_config)
+        trainer.fit(
+            cli.model, datamodule=cli.datamodule, ckpt_path=str(last) if run.resume else None
+        )
+    finally:
+        if wandb_logger is not None and trainer.is_global_zero:
+            sync = finish_wandb(wandb_logger)
+            if sync:
+                rank_zero_info(f"W&B offline run saved; upload it with: {sync}")
+    rank_zero_info(f"run folder: {run.dir} (config.yaml, checkpoints/, metrics.jsonl)")
+    return 0

@@ -1,0 +1,180 @@
+"""Batches from the prepared token shards, in an order that survives restarts.
+
+Training sample g (a global index) is a window of ``seq_len + 1`` tokens whose language
+and offset are a pure function of (seed, g): a hash, no RNG state. Batch k of rank r holds
+samples ``(k * world + r) * B + b``, so ranks read disjoint samples, and a run resumed at
+step s simply starts at batch ``s * accumulate`` and sees exactly the batches an
+uninterrupted run would have seen. Languages are drawn by the mixture weights.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+
+from bytecanary.data.shards import open_split
+from bytecanary.errors import BytecanaryError
+
+_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a well-spread 64-bit hash of each uint64."""
+    with np.errstate(over="ignore"):
+        x = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def sample_windows(
+    seed: int, indices: np.ndarray, cum_weights: np.ndarray, sizes: np.ndarray, span: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(language index, start offset) of each global sample index: pure in (seed, index)."""
+    base = _mix64(np.uint64(seed) + np.asarray(indices, dtype=np.uint64) * np.uint64(2))
+    u = (_mix64(base) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    lang = np.minimum(np.searchsorted(cum_weights, u, side="right"), len(sizes) - 1)
+    starts = _mix64(base ^ np.uint64(0x5DEECE66D)) % (sizes[lang] - span).astype(np.uint64)
+    return lang, starts.astype(np.int64)
+
+
+class ShardBatches:
+    """Endless training batches of one rank, starting at batch ``start``."""
+
+    def __init__(self, shards, weights, seq_len, batch_size, seed, rank=0, world=1, start=0):
+        self.shards, self.seq_len, self.batch_size = shards, seq_len, batch_size
+        self.seed, self.rank, self.world, self.start = seed, rank, world, start
+        self.cum_weights = np.cumsum(weights) / np.sum(weights)
+        self.sizes = np.array([len(s) for s in shards], dtype=np.int64)
+
+    def batch(self, k: int) -> dict[str, torch.Tensor]:
+        first = (k * self.world + self.rank) * self.batch_size
+        idx = np.arange(first, first + self.batch_size)
+        span = self.seq_len + 1
+        lang, starts = sample_windows(self.seed, idx, self.cum_weights, self.sizes, span)
+        rows = [self.shards[li][s : s + span] for li, s in zip(lang, starts, strict=True)]
+        ids_BT = torch.from_numpy(np.stack(rows).astype(np.int64))
+        return {"input_ids": ids_BT, "lang": torch.from_numpy(lang.astype(np.int64))}
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        k = self.start
+        while True:
+            yield self.batch(k)
+            k += 1
+
+
+class Batches:
+    """A fixed sequence of batches (Lightning reads a bare list as several loaders)."""
+
+    def __init__(self, batches: list[dict[str, torch.Tensor]]) -> None:
+        self.batches = batches
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class ShardDataModule(L.LightningDataModule):
+    """Training and validation batches over ``bytecanary prepare``'s shards."""
+
+    def __init__(
+        self,
+        data_dir: str = "data/default",
+        batch_size: int = 16,
+        seq_len: int = 256,
+        mixture: dict[str, float] | None = None,
+        val_tokens: int = 32768,
+        seed: int = 0,
+    ) -> None:
+        """
+        Args:
+            data_dir: folder written by ``bytecanary prepare`` (holds shards/, tokenizer/).
+            batch_size: sequences per batch on each device.
+            seq_len: tokens per sequence (linked to the model's context length).
+            mixture: sampling weight per language; None samples by the prepared shares.
+            val_tokens: validation tokens per language (split across ranks).
+            seed: seed of the sample order (a pure function of seed and sample index).
+        """
+        super().__init__()
+        self.data_dir = Path(data_dir)
+        index_path = self.data_dir / "shards" / "index.json"
+        if not index_path.exists():
+            raise BytecanaryError(
+                f"data.data_dir: no prepared data at {self.data_dir} (missing {index_path}); "
+                "run `bytecanary prepare --config configs/data/default.yaml` first"
+            )
+        self.index = json.loads(index_path.read_text(encoding="utf-8"))
+        self.languages = list(self.index["languages"])
+        weights = mixture or {
+            lang: e["train"]["share"] for lang, e in self.index["languages"].items()
+        }
+        unknown = set(weights) - set(self.languages)
+        if unknown:
+            raise BytecanaryError(
+                f"data.mixture: no shards for {sorted(unknown)} in {self.data_dir}"
+            )
+        self.weights = np.array([weights.get(lang, 0.0) for lang in self.languages])
+        self.vocab_size = int(self.index["vocab_size"])
+        self.eos_token_id = int(self.index["eos_id"])
+        self.tokenizer_dir = self.data_dir / "tokenizer"
+        self.batch_size, self.seq_len = batch_size, seq_len
+        self.val_tokens, self.seed = val_tokens, seed
+
+    def _open(self, split: str) -> list[np.memmap]:
+        shards = [
+            open_split(self.data_dir / "shards", lang, split, self.index["dtype"])
+            for lang in self.languages
+        ]
+        for lang, shard in zip(self.languages, shards, strict=True):
+            if len(shard) <= self.seq_len + 1:
+                raise BytecanaryError(
+                    f"{self.data_dir}: {lang} {split} shard has only {len(shard)} tokens"
+                )
+        return shards
+
+    def train_dataloader(self) -> ShardBatches:
+        trainer = self.trainer
+        start = trainer.global_step * trainer.accumulate_grad_batches if trainer else 0
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+        return ShardBatches(
+            self._open("train"),
+            self.weights,
+            self.seq_len,
+            self.batch_size,
+            self.seed,
+            rank,
+            world,
+            start,
+        )
+
+    def val_dataloader(self) -> Batches:
+        """Consecutive windows from the start of each language's held-out shard, dealt
+        round-robin to the ranks."""
+        span = self.seq_len + 1
+        rank, world = (
+            (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        )
+        shards = self._open("val")
+        windows = []
+        for li, shard in enumerate(shards):
+            n = min(self.val_tokens, len(shard) - 1) // self.seq_len
+            windows += [(li, i * self.seq_len) for i in range(max(n, 1))]
+        mine = windows[rank::world]
+        batches = []
+        for lo in range(0, len(mine), self.batch_size):
+            chunk = mine[lo : lo + self.batch_size]
+            rows = [shards[li][s : s + span] for li, s in chunk]
+            batches.append(
+                {
+                    "input_ids": torch.from_numpy(np.stack(rows).astype(np.int64)),
+                    "lang": torch.tensor([li for li, _ in chunk]),
+                }
+            )
+        return Batches(batches)

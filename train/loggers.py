@@ -1,0 +1,142 @@
+"""Logging that never depends on W&B: ``metrics.jsonl`` always, W&B offline or online.
+
+Every dict the module logs carries ``step`` and ``tokens_seen``; W&B charts use
+``tokens_seen`` as their x-axis (``define_metric``). Without an API key or network the
+W&B run is offline, and its folder and the ``wandb sync`` command are printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.utilities import rank_zero_only
+
+from bytecanary.io import atomic_path
+
+METRIC_PREFIXES = ("train/*", "val/*", "probe/*")
+
+
+class JsonlLogger(Logger):
+    """Append one JSON object per logged dict to ``metrics.jsonl`` (rank 0)."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__()
+        self.path = Path(path)
+
+    @property
+    def name(self) -> str:
+        return "jsonl"
+
+    @property
+    def version(self) -> str:
+        return "0"
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass  # the resolved config is config.yaml in the run folder
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        row: dict[str, Any] = {"step": int(step) if step is not None else None}
+        for key, value in metrics.items():
+            row[key] = int(value) if key == "tokens_seen" else value
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+
+    @rank_zero_only
+    def truncate_after(self, step: int) -> None:
+        """Drop rows past ``step`` (and any torn last line): a resumed run logs them again."""
+        if not self.path.exists():
+            return
+        keep = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if row.get("step") is not None and row["step"] <= step:
+                keep.append(line)
+        with atomic_path(self.path) as tmp:
+            tmp.write_text("".join(f"{line}\n" for line in keep), encoding="utf-8")
+
+
+class TruncateMetricsOnStart(Callback):
+    """Once the checkpoint (if any) is restored, drop metrics.jsonl rows past its step,
+    so a resumed run's history has no duplicated steps."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        for logger in trainer.loggers:
+            if isinstance(logger, JsonlLogger):
+                logger.truncate_after(trainer.global_step)
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a ``metrics.jsonl``."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def wandb_mode() -> str:
+    """``WANDB_MODE`` if set; else online only with an API key and a reachable server."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if not os.environ.get("WANDB_API_KEY"):
+        return "offline"
+    try:
+        socket.create_connection(("api.wandb.ai", 443), timeout=2).close()
+    except OSError:
+        return "offline"
+    return "online"
+
+
+def make_wandb_logger(run_dir: Path, name: str, project: str, group: str | None) -> WandbLogger:
+    """A W&B logger writing under ``run_dir/wandb``; the run id is kept in ``run_dir``
+    so a resumed run continues the same W&B run."""
+    id_file = run_dir / "wandb_id"
+    if id_file.exists():
+        run_id = id_file.read_text().strip()
+    else:
+        run_id = secrets.token_hex(4)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        id_file.write_text(run_id + "\n")
+    mode = wandb_mode()
+    return WandbLogger(
+        save_dir=str(run_dir),
+        name=name,
+        project=project,
+        group=group or name,
+        id=run_id,
+        offline=mode == "offline",
+        mode=mode,
+        settings={"silent": True},
+    )
+
+
+def define_tokens_seen_axis(logger: WandbLogger) -> None:
+    """Every metric family plotted against ``tokens_seen`` (rank 0 only)."""
+    run = logger.experiment
+    run.define_metric("tokens_seen")
+    for prefix in METRIC_PREFIXES:
+        run.define_metric(prefix, step_metric="tokens_seen")
+
+
+def finish_wandb(logger: WandbLogger) -> str | None:
+    """Finish the run and flush it to disk (Lightning never calls finish); return the
+    ``wandb sync`` command for an offline run."""
+    import wandb
+
+    run = wandb.run
+    offline_dir = None
+    if run is not None:
+        offline_dir = run.dir.removesuffix("/files") if run.settings.mode == "offline" else None
+        wandb.finish()
+    wandb.teardown()
+    return f"wandb sync {offline_dir}" if offline_dir else None

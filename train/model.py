@@ -1,0 +1,94 @@
+"""The model and its optimiser: a standard HF ``GPT2LMHeadModel`` (seeds/003 section 1).
+
+Every checkpoint is therefore a plain GPT-2 that ``AutoModelForCausalLM`` loads after
+``bytecanary export``. The 355M preset is GPT-2 medium's shape (24 layers, 16 heads,
+width 1024, context 1024) with the tokenizer's 8K vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+
+@dataclass
+class ArchConfig:
+    """GPT-2 shape."""
+
+    n_layer: int = 4
+    """Transformer blocks."""
+    n_head: int = 4
+    """Attention heads per block."""
+    n_embd: int = 256
+    """Width; must be divisible by n_head."""
+    n_positions: int = 256
+    """Context length in tokens (also the training sequence length)."""
+    dropout: float = 0.0
+    """Dropout on embeddings, attention and residuals (0 for pretraining, as nanoGPT)."""
+
+    def __post_init__(self) -> None:
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with GPT-2 weight-decay groups, linear warmup then cosine decay."""
+
+    lr: float = 6e-4
+    """Peak learning rate."""
+    min_lr_ratio: float = 0.1
+    """Final learning rate as a share of the peak."""
+    weight_decay: float = 0.1
+    """Applied to matrices and embeddings only, never to biases or LayerNorm."""
+    beta1: float = 0.9
+    beta2: float = 0.95
+    warmup_steps: int = 100
+
+
+def gpt2_config(arch: ArchConfig, vocab_size: int, eos_token_id: int | None = None) -> GPT2Config:
+    return GPT2Config(
+        vocab_size=vocab_size,
+        bos_token_id=eos_token_id,
+        eos_token_id=eos_token_id,
+        n_positions=arch.n_positions,
+        n_embd=arch.n_embd,
+        n_layer=arch.n_layer,
+        n_head=arch.n_head,
+        resid_pdrop=arch.dropout,
+        embd_pdrop=arch.dropout,
+        attn_pdrop=arch.dropout,
+        attn_implementation="sdpa",
+    )
+
+
+def build_model(
+    arch: ArchConfig, vocab_size: int, eos_token_id: int | None = None
+) -> GPT2LMHeadModel:
+    return GPT2LMHeadModel(gpt2_config(arch, vocab_size, eos_token_id))
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Unique parameters (the tied input/output embedding counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """GPT-2 style: decay every parameter of two or more dimensions (matmul weights,
+    embeddings), no decay for biases and LayerNorm gains."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+def lr_lambda(step: int, warmup: int, total: int, min_ratio: float) -> float:
+    """Multiplier of the peak lr at ``step``: linear warmup, then cosine to ``min_ratio``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))

@@ -1,0 +1,176 @@
+"""The LightningModule: next-token loss on GPT-2, perplexity per language, tokens seen.
+
+``tokens_seen`` counts real target tokens summed over all ranks and is logged with every
+metric dict (as is ``step``, the optimizer steps done), so every chart can use it as its
+x-axis. Checkpoints carry step, tokens_seen, the resolved config, the tokenizer path and
+the RNG state, so a resumed run continues bit for bit.
+
+Shape suffixes: B batch, T time (tokens), V vocabulary, L languages.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
+
+from train.model import (
+    ArchConfig,
+    OptimConfig,
+    build_model,
+    count_parameters,
+    lr_lambda,
+    param_groups,
+)
+
+
+def _as(cls: type, value: Any) -> Any:
+    return value if isinstance(value, cls) else cls(**value)
+
+
+class ByteLM(L.LightningModule):
+    """GPT-2 (``transformers.GPT2LMHeadModel``) trained on byte-fallback token shards."""
+
+    def __init__(
+        self,
+        arch: ArchConfig = ArchConfig(),  # noqa: B008 (frozen defaults, jsonargparse groups)
+        optim: OptimConfig = OptimConfig(),  # noqa: B008
+        vocab_size: int = 8192,
+        eos_token_id: int | None = None,
+        compile: bool = False,
+    ) -> None:
+        """
+        Args:
+            arch: GPT-2 shape.
+            optim: AdamW and learning-rate schedule.
+            vocab_size: tokenizer vocabulary (linked from the data).
+            eos_token_id: the tokenizer's end of text (linked from the data).
+            compile: wrap the model in ``torch.compile``.
+        """
+        super().__init__()
+        self.arch = _as(ArchConfig, arch)
+        self.optim = _as(OptimConfig, optim)
+        # plain types only, so checkpoints load with weights_only=True
+        self.save_hyperparameters(
+            {
+                "arch": asdict(self.arch),
+                "optim": asdict(self.optim),
+                "vocab_size": vocab_size,
+                "eos_token_id": eos_token_id,
+                "compile": compile,
+            }
+        )
+        self.model = build_model(self.arch, vocab_size, eos_token_id)
+        self.compile = compile
+        self.tokens_seen = 0
+        self.run_config: dict[str, Any] = {}  # the resolved CLI config, stored in checkpoints
+        self.tokenizer_path: str | None = None
+        self.languages: list[str] = []
+
+    def configure_model(self) -> None:
+        if self.compile and not isinstance(self.model, torch._dynamo.eval_frame.OptimizedModule):
+            self.model = torch.compile(self.model)
+
+    def setup(self, stage: str) -> None:
+        dm = self.trainer.datamodule
+        if dm is not None:
+            self.languages = list(dm.languages)
+            self.tokenizer_path = str(dm.tokenizer_dir)
+            self._tokenizer_hash = dm.index["tokenizer_hash"]
+
+    def on_fit_start(self) -> None:
+        rank_zero_info(
+            f"model: GPT-2 {self.arch}, {count_parameters(self.model) / 1e6:.1f}M parameters"
+        )
+
+    def _loss_BT(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        ids_BT = batch["input_ids"]
+        x_BT, y_BT = ids_BT[:, :-1], ids_BT[:, 1:]
+        logits_BTV = self.model(input_ids=x_BT).logits
+        loss = F.cross_entropy(logits_BTV.flatten(0, 1).float(), y_BT.flatten(), reduction="none")
+        return loss.view_as(y_BT)
+
+    def _counter(self, value: float) -> torch.Tensor:
+        # float64 so that token counts in the billions log exactly
+        return torch.tensor(float(value), dtype=torch.float64)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss_BT = self._loss_BT(batch)
+        local = torch.tensor(float(loss_BT.numel()), device=self.device)
+        self.tokens_seen += int(self.trainer.strategy.reduce(local, reduce_op="sum").item())
+        loss = loss_BT.mean()
+        self.log_dict(
+            {
+                "train/loss": loss.detach(),
+                "train/lr": self.optimizers().param_groups[0]["lr"],
+                "tokens_seen": self._counter(self.tokens_seen),
+                "step": self._counter(self.global_step + 1),
+            },
+            on_step=True,
+            on_epoch=False,
+        )
+        self.log("loss", loss.detach(), prog_bar=True, logger=False)
+        return loss
+
+    def on_validation_epoch_start(self) -> None:
+        n = max(len(self.languages), 1)
+        self._val_sum_L = torch.zeros(n, dtype=torch.float64, device=self.device)
+        self._val_count_L = torch.zeros(n, dtype=torch.float64, device=self.device)
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        loss_BT = self._loss_BT(batch)
+        lang_B = batch["lang"]
+        self._val_sum_L.index_add_(0, lang_B, loss_BT.sum(dim=1).double())
+        self._val_count_L.index_add_(0, lang_B, torch.full_like(lang_B, loss_BT.shape[1]).double())
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            return
+        sum_L = self.trainer.strategy.reduce(self._val_sum_L, reduce_op="sum")
+        count_L = self.trainer.strategy.reduce(self._val_count_L, reduce_op="sum")
+        loss = float(sum_L.sum() / count_L.sum())
+        metrics: dict[str, Any] = {"val/loss": loss, "val/ppl": math.exp(loss)}
+        for lang, s, c in zip(self.languages, sum_L.tolist(), count_L.tolist(), strict=True):
+            if c > 0:
+                metrics[f"val/{lang}/ppl"] = math.exp(s / c)
+        metrics["tokens_seen"] = self._counter(self.tokens_seen)
+        metrics["step"] = self._counter(self.global_step)
+        self.log_dict(metrics, prog_bar=False)
+        self.log("val_ppl", metrics["val/ppl"], prog_bar=True, logger=False)
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(
+            param_groups(self.model, self.optim.weight_decay),
+            lr=self.optim.lr,
+            betas=(self.optim.beta1, self.optim.beta2),
+        )
+        total = self.trainer.max_steps  # not estimated_stepping_batches (Lightning #20550)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: lr_lambda(s, self.optim.warmup_steps, total, self.optim.min_lr_ratio)
+        )
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["bytecanary"] = {
+            "step": self.global_step,
+            "tokens_seen": self.tokens_seen,
+            "config": self.run_config,
+            "tokenizer_path": self.tokenizer_path,
+            "tokenizer_hash": getattr(self, "_tokenizer_hash", None),
+            "gpt2_config": self._plain_model().config.to_dict(),
+            "rng": torch.get_rng_state(),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        meta = checkpoint.get("bytecanary", {})
+        self.tokens_seen = int(meta.get("tokens_seen", 0))
+        if "rng" in meta:
+            torch.set_rng_state(meta["rng"])
+
+    def _plain_model(self) -> torch.nn.Module:
+        return getattr(self.model, "_orig_mod", self.model)
