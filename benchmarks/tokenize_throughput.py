@@ -38,17 +38,13 @@ def load_docs(data: Path, megabytes: float) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--data", default="data/default", help="a folder `bytecanary prepare` wrote"
-    )
+    parser.add_argument("--data", default="data/default", help="a folder `bytecanary prepare` wrote")
     parser.add_argument("--megabytes", type=float, default=8.0)
     parser.add_argument("--batch", type=int, default=512)
     args = parser.parse_args()
     data = Path(args.data)
     if not (data / "tokenizer" / "tokenizer.json").exists():
-        raise SystemExit(
-            f"{data}: run `bytecanary prepare --config configs/data/default.yaml` first"
-        )
+        raise SystemExit(f"{data}: run `bytecanary prepare --config configs/data/default.yaml` first")
 
     tok = AutoTokenizer.from_pretrained(str(data / "tokenizer"))
     docs = load_docs(data, args.megabytes)

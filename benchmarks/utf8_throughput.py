@@ -21,9 +21,7 @@ def make_streams(n: int, seed: int = 0) -> list[bytes]:
     rng = np.random.default_rng(seed)
     lengths = rng.integers(4, 17, n)
     cjk = rng.integers(0x4E00, 0x9FFF, (n // 2, 6))  # 6 CJK chars = 18 bytes, cut to length
-    valid = [
-        "".join(map(chr, row)).encode()[:k] for row, k in zip(cjk, lengths[: n // 2], strict=True)
-    ]
+    valid = ["".join(map(chr, row)).encode()[:k] for row, k in zip(cjk, lengths[: n // 2], strict=True)]
     noise = rng.integers(0, 256, (n - n // 2, 16)).astype(np.uint8)
     rand = [row[:k].tobytes() for row, k in zip(noise, lengths[n // 2 :], strict=True)]
     return valid + rand

@@ -70,9 +70,7 @@ class ByteCodec:
             id_bytes[i] = bytes([b])
         lengths = np.fromiter(map(len, id_bytes), dtype=np.int64, count=size)
         table = np.full((size, max(int(lengths.max()), 1)), PAD, dtype=np.uint16)
-        table[np.arange(table.shape[1]) < lengths[:, None]] = np.frombuffer(
-            b"".join(id_bytes), np.uint8
-        )
+        table[np.arange(table.shape[1]) < lengths[:, None]] = np.frombuffer(b"".join(id_bytes), np.uint8)
         is_byte = np.zeros(size, dtype=bool)
         is_byte[byte_ids] = True
         probe = tokenizer.encode("a", add_special_tokens=False)
@@ -102,8 +100,7 @@ def _detect_family(vocab: dict[str, int], name: str) -> tuple[str, np.ndarray]:
             return family, np.array([vocab[s] for s in spellings], dtype=np.int64)
         missing[family] = absent
     detail = "; ".join(
-        f"{fam}: {len(a)} of 256 missing, e.g. {', '.join(map(repr, a[:3]))}"
-        for fam, a in missing.items()
+        f"{fam}: {len(a)} of 256 missing, e.g. {', '.join(map(repr, a[:3]))}" for fam, a in missing.items()
     )
     raise UnsupportedTokenizerError(
         f"{name}: unsupported tokenizer, no complete set of byte tokens ({detail})"

@@ -52,9 +52,7 @@ def _build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the embedded default end to end")
     demo.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
     demo.add_argument("--minutes", type=float, default=10.0, help="time budget in minutes")
-    demo.add_argument(
-        "--config", default="configs/data/default.yaml", help="data config to prepare"
-    )
+    demo.add_argument("--config", default="configs/data/default.yaml", help="data config to prepare")
     demo.add_argument("--data", default=None, help="data folder (default: data/<config name>)")
     demo.set_defaults(run=_demo)
     return parser

@@ -88,8 +88,7 @@ def _convert(tp: Any, value: Any, field: str) -> Any:
             raise _FieldError(field, f"expected a mapping, got {value!r}")
         key_tp, val_tp = args or (Any, Any)
         return {
-            _convert(key_tp, k, field): _convert(val_tp, v, _join(field, str(k)))
-            for k, v in value.items()
+            _convert(key_tp, k, field): _convert(val_tp, v, _join(field, str(k))) for k, v in value.items()
         }
     if tp is Any:
         return value

@@ -97,9 +97,7 @@ def kendall_tau_b(x: ArrayLike, y: ArrayLike) -> float:
     return float((sx * sy).sum() / denom) if denom > 0 else math.nan
 
 
-def convergence_point(
-    x: ArrayLike, y: ArrayLike, rtol: float = 0.05, tail: float = 0.1
-) -> float | None:
+def convergence_point(x: ArrayLike, y: ArrayLike, rtol: float = 0.05, tail: float = 0.1) -> float | None:
     """Smallest x after which the curve stays within ``rtol`` of its final plateau.
 
     The plateau is the mean of the last ``tail`` fraction of points (at least one).

@@ -163,9 +163,7 @@ class StreamScorer:
         return BatchScores(strict=strict, soft=soft, partial=partial)
 
 
-def score_batch(
-    streams: Sequence[bytes] | np.ndarray, lengths: np.ndarray | None = None
-) -> BatchScores:
+def score_batch(streams: Sequence[bytes] | np.ndarray, lengths: np.ndarray | None = None) -> BatchScores:
     """Score N streams: a list of bytes, or an (N, L) byte array with per-row ``lengths``."""
     if isinstance(streams, np.ndarray):
         padded = streams

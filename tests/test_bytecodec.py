@@ -45,9 +45,7 @@ def test_special_tokens_have_no_bytes(any_tokenizer):
         assert codec.id_bytes[i] == b"" and codec.lengths[i] == 0
 
 
-@settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=40))
 def test_byte_tokens_round_trip_any_bytes(any_tokenizer, data):
     _, tok = any_tokenizer
@@ -75,9 +73,7 @@ def test_chunk_is_an_array_lookup_that_feeds_the_scorer(any_tokenizer):
 
 
 def test_padded_model_vocabulary_decodes_extra_ids_to_nothing(byte_fallback_tokenizer):
-    codec = ByteCodec.from_tokenizer(
-        byte_fallback_tokenizer, vocab_size=len(byte_fallback_tokenizer) + 7
-    )
+    codec = ByteCodec.from_tokenizer(byte_fallback_tokenizer, vocab_size=len(byte_fallback_tokenizer) + 7)
     assert len(codec.id_bytes) == len(byte_fallback_tokenizer) + 7
     assert codec.decode([len(byte_fallback_tokenizer) + 3]) == b""
 
@@ -87,9 +83,7 @@ def test_unsupported_tokenizer_names_the_missing_byte_tokens():
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
-    with pytest.raises(
-        UnsupportedTokenizerError, match=r"byte_fallback: 255 of 256 missing.*<0x01>"
-    ):
+    with pytest.raises(UnsupportedTokenizerError, match=r"byte_fallback: 255 of 256 missing.*<0x01>"):
         ByteCodec.from_tokenizer(fast)
 
 

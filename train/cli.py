@@ -19,15 +19,10 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_path
+from bytecanary.tracking import define_tokens_seen_axis, finish_wandb
 from train.checkpointing import AtomicCheckpointIO, ScheduledCheckpoint
 from train.datamodule import ShardDataModule
-from train.loggers import (
-    JsonlLogger,
-    TruncateMetricsOnStart,
-    define_tokens_seen_axis,
-    finish_wandb,
-    make_wandb_logger,
-)
+from train.loggers import JsonlLogger, TruncateMetricsOnStart, make_wandb_logger
 from train.module import ByteLM
 
 
@@ -128,14 +123,12 @@ def main(args: list[str] | None = None) -> int:
     wandb_logger = next((lg for lg in trainer.loggers if not isinstance(lg, JsonlLogger)), None)
     try:
         if wandb_logger is not None and trainer.is_global_zero:
-            define_tokens_seen_axis(wandb_logger)
+            define_tokens_seen_axis(wandb_logger.experiment)
             wandb_logger.log_hyperparams(cli.model.run_config)
-        trainer.fit(
-            cli.model, datamodule=cli.datamodule, ckpt_path=str(last) if run.resume else None
-        )
+        trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=str(last) if run.resume else None)
     finally:
         if wandb_logger is not None and trainer.is_global_zero:
-            sync = finish_wandb(wandb_logger)
+            sync = finish_wandb()
             if sync:
                 rank_zero_info(f"W&B offline run saved; upload it with: {sync}")
     rank_zero_info(f"run folder: {run.dir} (config.yaml, checkpoints/, metrics.jsonl)")

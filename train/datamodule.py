@@ -112,14 +112,10 @@ class ShardDataModule(L.LightningDataModule):
             )
         self.index = json.loads(index_path.read_text(encoding="utf-8"))
         self.languages = list(self.index["languages"])
-        weights = mixture or {
-            lang: e["train"]["share"] for lang, e in self.index["languages"].items()
-        }
+        weights = mixture or {lang: e["train"]["share"] for lang, e in self.index["languages"].items()}
         unknown = set(weights) - set(self.languages)
         if unknown:
-            raise BytecanaryError(
-                f"data.mixture: no shards for {sorted(unknown)} in {self.data_dir}"
-            )
+            raise BytecanaryError(f"data.mixture: no shards for {sorted(unknown)} in {self.data_dir}")
         self.weights = np.array([weights.get(lang, 0.0) for lang in self.languages])
         self.vocab_size = int(self.index["vocab_size"])
         self.eos_token_id = int(self.index["eos_id"])
@@ -129,14 +125,11 @@ class ShardDataModule(L.LightningDataModule):
 
     def _open(self, split: str) -> list[np.memmap]:
         shards = [
-            open_split(self.data_dir / "shards", lang, split, self.index["dtype"])
-            for lang in self.languages
+            open_split(self.data_dir / "shards", lang, split, self.index["dtype"]) for lang in self.languages
         ]
         for lang, shard in zip(self.languages, shards, strict=True):
             if len(shard) <= self.seq_len + 1:
-                raise BytecanaryError(
-                    f"{self.data_dir}: {lang} {split} shard has only {len(shard)} tokens"
-                )
+                raise BytecanaryError(f"{self.data_dir}: {lang} {split} shard has only {len(shard)} tokens")
         return shards
 
     def train_dataloader(self) -> ShardBatches:
@@ -158,9 +151,7 @@ class ShardDataModule(L.LightningDataModule):
         """Consecutive windows from the start of each language's held-out shard, dealt
         round-robin to the ranks."""
         span = self.seq_len + 1
-        rank, world = (
-            (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
-        )
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
         shards = self._open("val")
         windows = []
         for li, shard in enumerate(shards):

@@ -8,9 +8,7 @@ W&B run is offline, and its folder and the ``wandb sync`` command are printed.
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +17,7 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from bytecanary.io import atomic_path
-
-METRIC_PREFIXES = ("train/*", "val/*", "probe/*")
+from bytecanary.tracking import wandb_mode
 
 
 class JsonlLogger(Logger):
@@ -84,19 +81,6 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
-def wandb_mode() -> str:
-    """``WANDB_MODE`` if set; else online only with an API key and a reachable server."""
-    if os.environ.get("WANDB_MODE"):
-        return os.environ["WANDB_MODE"]
-    if not os.environ.get("WANDB_API_KEY"):
-        return "offline"
-    try:
-        socket.create_connection(("api.wandb.ai", 443), timeout=2).close()
-    except OSError:
-        return "offline"
-    return "online"
-
-
 def make_wandb_logger(run_dir: Path, name: str, project: str, group: str | None) -> WandbLogger:
     """A W&B logger writing under ``run_dir/wandb``; the run id is kept in ``run_dir``
     so a resumed run continues the same W&B run."""
@@ -118,25 +102,3 @@ def make_wandb_logger(run_dir: Path, name: str, project: str, group: str | None)
         mode=mode,
         settings={"silent": True},
     )
-
-
-def define_tokens_seen_axis(logger: WandbLogger) -> None:
-    """Every metric family plotted against ``tokens_seen`` (rank 0 only)."""
-    run = logger.experiment
-    run.define_metric("tokens_seen")
-    for prefix in METRIC_PREFIXES:
-        run.define_metric(prefix, step_metric="tokens_seen")
-
-
-def finish_wandb(logger: WandbLogger) -> str | None:
-    """Finish the run and flush it to disk (Lightning never calls finish); return the
-    ``wandb sync`` command for an offline run."""
-    import wandb
-
-    run = wandb.run
-    offline_dir = None
-    if run is not None:
-        offline_dir = run.dir.removesuffix("/files") if run.settings.mode == "offline" else None
-        wandb.finish()
-    wandb.teardown()
-    return f"wandb sync {offline_dir}" if offline_dir else None

@@ -65,9 +65,7 @@ def gpt2_config(arch: ArchConfig, vocab_size: int, eos_token_id: int | None = No
     )
 
 
-def build_model(
-    arch: ArchConfig, vocab_size: int, eos_token_id: int | None = None
-) -> GPT2LMHeadModel:
+def build_model(arch: ArchConfig, vocab_size: int, eos_token_id: int | None = None) -> GPT2LMHeadModel:
     return GPT2LMHeadModel(gpt2_config(arch, vocab_size, eos_token_id))
 
 

@@ -84,9 +84,7 @@ class ByteLM(L.LightningModule):
             self._tokenizer_hash = dm.index["tokenizer_hash"]
 
     def on_fit_start(self) -> None:
-        rank_zero_info(
-            f"model: GPT-2 {self.arch}, {count_parameters(self.model) / 1e6:.1f}M parameters"
-        )
+        rank_zero_info(f"model: GPT-2 {self.arch}, {count_parameters(self.model) / 1e6:.1f}M parameters")
 
     def _loss_BT(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         ids_BT = batch["input_ids"]

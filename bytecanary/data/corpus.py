@@ -86,9 +86,7 @@ def dataset_documents(src: DatasetSource, where: str) -> Iterator[str]:
     import datasets
 
     for pattern in src.data_files or []:
-        files = (
-            sorted(Path().glob(pattern)) if any(c in pattern for c in "*?[") else [Path(pattern)]
-        )
+        files = sorted(Path().glob(pattern)) if any(c in pattern for c in "*?[") else [Path(pattern)]
         if not files or not all(f.exists() for f in files):
             raise BytecanaryError(f"{where}: data_files: no file matches {pattern!r}")
         for file in files:
@@ -106,9 +104,7 @@ def dataset_documents(src: DatasetSource, where: str) -> Iterator[str]:
         )
     except Exception as err:  # datasets raises many types; all mean "this source won't load"
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise BytecanaryError(
-            f"{where}: cannot load {src.path!r}: {type(err).__name__}: {first}"
-        ) from None
+        raise BytecanaryError(f"{where}: cannot load {src.path!r}: {type(err).__name__}: {first}") from None
     columns = ds.column_names
     if columns is not None and src.text_column not in columns:
         raise BytecanaryError(

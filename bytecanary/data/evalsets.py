@@ -90,15 +90,13 @@ def tier_characters(
     before = 0
     for char, n in seen:
         share = before / total
-        tiers[
-            "common" if share < tier_mass[0] else "uncommon" if share < tier_mass[1] else "rare"
-        ].append(char)
+        tiers["common" if share < tier_mass[0] else "uncommon" if share < tier_mass[1] else "rare"].append(
+            char
+        )
         before += n
     unseen = [c for c in block_characters(lang.eval_blocks) if counts.get(c, 0) == 0]
     tiers["unseen"] = unseen
-    tiers["unseen_3b"] = [
-        c for c in unseen if len(c.encode()) == 3 and in_blocks(c, lang.unseen_3b_blocks)
-    ]
+    tiers["unseen_3b"] = [c for c in unseen if len(c.encode()) == 3 and in_blocks(c, lang.unseen_3b_blocks)]
     return tiers
 
 
@@ -146,9 +144,7 @@ def build_level1(
         for sentence in _sentences(doc, lang):
             for i, char in enumerate(sentence):
                 if i >= min_context and char in targets and char not in found:
-                    found[char] = Level1Sample(
-                        lang.code, char, sentence[: i + 1], targets[char], "heldout"
-                    )
+                    found[char] = Level1Sample(lang.code, char, sentence[: i + 1], targets[char], "heldout")
                     break
     rng = np.random.default_rng([seed, 1, sorted(LANGUAGES).index(lang.code)])
     samples = list(found.values())
@@ -157,9 +153,7 @@ def build_level1(
     fill = [e for e in level0.entries if e.tier in ("rare", "unseen") and e.char not in found]
     for i in rng.permutation(len(fill))[: n - len(samples)]:
         e = fill[i]
-        samples.append(
-            Level1Sample(lang.code, e.char, lang.template.format(c=e.char), e.tier, "template")
-        )
+        samples.append(Level1Sample(lang.code, e.char, lang.template.format(c=e.char), e.tier, "template"))
     return samples
 
 
@@ -255,9 +249,7 @@ def load_level1(path: str | Path) -> list[Level1Sample]:
             raise BytecanaryError(f"{where}: missing {', '.join(missing)}")
         lang, term, prompt = item["language"], item["term"], item["sentence_prompt"]
         if lang not in LANGUAGES:
-            raise BytecanaryError(
-                f"{where}: unknown language {lang!r} (known: {', '.join(LANGUAGES)})"
-            )
+            raise BytecanaryError(f"{where}: unknown language {lang!r} (known: {', '.join(LANGUAGES)})")
         if not isinstance(term, str) or not term:
             raise BytecanaryError(f"{where}: 'term' must be non-empty text")
         if not isinstance(prompt, str) or not prompt.endswith(term):

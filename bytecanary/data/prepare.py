@@ -113,9 +113,7 @@ def _shards(cfg: DataConfig, corpus_dir: Path, tok_dir: Path, tok_meta: dict, tm
     for lang in cfg.mixture:
         for split in shards.SPLITS:
             docs = list(read_documents(corpus_dir / lang / f"{split}.jsonl"))
-            doc_bytes[lang, split] = np.array(
-                [len(d.encode("utf-8")) for d in docs], dtype=np.int64
-            )
+            doc_bytes[lang, split] = np.array([len(d.encode("utf-8")) for d in docs], dtype=np.int64)
             encoded[lang, split] = shards.encode_documents(
                 tok, docs, cfg.encode_batch, dtype, desc=f"encode {lang} {split}"
             )
@@ -163,9 +161,7 @@ def _snapshot(cfg: DataConfig, corpus_dir: Path, shard_dir: Path, tmp: Path) -> 
             n_tokens = index["languages"][lang]["train"]["tokens"]
             doc_tokens = np.diff(np.append(starts, n_tokens))
             keep = (
-                len(starts)
-                if budget == "all"
-                else shards.docs_within(doc_tokens, int(int(budget) * weight))
+                len(starts) if budget == "all" else shards.docs_within(doc_tokens, int(int(budget) * weight))
             )
             docs = read_documents(corpus_dir / lang / "train.jsonl")
             counts = evalsets.count_characters(
@@ -197,9 +193,7 @@ def _evalsets(cfg: DataConfig, corpus_dir: Path, snapshot_dir: Path, tmp: Path) 
     for lang in tqdm(cfg.mixture, desc="eval sets", leave=False):
         counts = snapshot["budgets"][budget]["languages"][lang]["counts"]
         language = LANGUAGES[lang]
-        level0 = evalsets.build_level0(
-            counts, language, cfg.eval.tier_mass, cfg.eval.max_per_tier, cfg.seed
-        )
+        level0 = evalsets.build_level0(counts, language, cfg.eval.tier_mass, cfg.eval.max_per_tier, cfg.seed)
         write_json(tmp / f"level0_{lang}.json", evalsets.level0_json(level0))
         tiers = evalsets.tier_characters(counts, language, cfg.eval.tier_mass)
         targets = {c: t for t in ("rare", "unseen") for c in tiers[t]}

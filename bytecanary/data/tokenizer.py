@@ -46,12 +46,8 @@ def _byte_fallback(cfg: TokenizerConfig, texts: list[str], show_progress: bool) 
     room = cfg.vocab_size - len(specials) - 1  # keep at least one merge's worth of room
     alphabet = kept_alphabet(counts, cfg.character_coverage, room)
     tok = Tokenizer(models.BPE(unk_token=SPECIALS["unk_token"], byte_fallback=True))
-    tok.normalizer = normalizers.Sequence(
-        [normalizers.Prepend(SPACE), normalizers.Replace(" ", SPACE)]
-    )
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(
-        replacement=SPACE, prepend_scheme="never", split=True
-    )
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend(SPACE), normalizers.Replace(" ", SPACE)])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="never", split=True)
     tok.decoder = decoders.Sequence(
         [
             decoders.Replace(SPACE, " "),
@@ -89,9 +85,7 @@ def _gpt2(cfg: TokenizerConfig, texts: list[str], show_progress: bool) -> Tokeni
 
 def _bytes() -> Tokenizer:
     vocab = {token: i for i, token in enumerate([*SPECIALS.values(), *BYTE_TOKENS])}
-    tok = Tokenizer(
-        models.BPE(vocab=vocab, merges=[], unk_token=SPECIALS["unk_token"], byte_fallback=True)
-    )
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=SPECIALS["unk_token"], byte_fallback=True))
     tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
     return tok
 
@@ -107,9 +101,7 @@ def train_tokenizer(
         tok = _gpt2(cfg, texts, show_progress)
     else:
         tok = _bytes()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, clean_up_tokenization_spaces=False, **SPECIALS
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, clean_up_tokenization_spaces=False, **SPECIALS)
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: Path) -> str:

@@ -10,9 +10,7 @@ from bytecanary.data.config import DataConfig
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize(
-    "path", sorted((ROOT / "configs" / "data").glob("*.yaml")), ids=lambda p: p.name
-)
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "data").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_data_config_validates(path):
     cfg = load_config(DataConfig, path)
     assert cfg.name == path.stem

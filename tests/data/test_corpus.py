@@ -39,9 +39,7 @@ def test_character_frequencies_have_a_long_tail():
 
 
 def _jsonl(path, rows):
-    path.write_text(
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
-    )
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     return str(path)
 
 
@@ -53,9 +51,7 @@ def test_local_jsonl_parquet_and_txt(tmp_path):
     jsonl = _jsonl(tmp_path / "a.jsonl", rows)
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "a.parquet")
     (tmp_path / "a.txt").write_text("first line\nsecond line\n", encoding="utf-8")
-    got = list(
-        dataset_documents(DatasetSource("json", data_files=[jsonl], text_column="body"), "s")
-    )
+    got = list(dataset_documents(DatasetSource("json", data_files=[jsonl], text_column="body"), "s"))
     assert got == [r["body"] for r in rows]
     src = DatasetSource("parquet", data_files=[str(tmp_path / "a.parquet")], text_column="body")
     assert list(dataset_documents(src, "s")) == got
@@ -80,8 +76,4 @@ def test_bad_sources_say_which_source_and_field(tmp_path):
     with pytest.raises(BytecanaryError, match="produced no documents"):
         list(dataset_documents(DatasetSource("json", data_files=[empty]), "src"))
     with pytest.raises(BytecanaryError, match="no file matches"):
-        list(
-            dataset_documents(
-                DatasetSource("json", data_files=[str(tmp_path / "nope.jsonl")]), "src"
-            )
-        )
+        list(dataset_documents(DatasetSource("json", data_files=[str(tmp_path / "nope.jsonl")]), "src"))

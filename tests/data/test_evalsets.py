@@ -86,18 +86,14 @@ def test_level1_format(tmp_path):
     good = [{"language": "ja", "term": "鬱", "sentence_prompt": "気分が鬱", "extra": 1}]
     assert evalsets.load_level1(_write(tmp_path / "l1.json", good))[0].term == "鬱"
     bad = [*good, {"language": "ja", "term": "鬱", "sentence_prompt": "気分が"}]
-    with pytest.raises(
-        BytecanaryError, match=r"l1\.json: \[1\]: 'sentence_prompt' must end with the term"
-    ):
+    with pytest.raises(BytecanaryError, match=r"l1\.json: \[1\]: 'sentence_prompt' must end with the term"):
         evalsets.load_level1(_write(tmp_path / "l1.json", bad))
     with pytest.raises(BytecanaryError, match=r"\[0\]: unknown language 'jp'"):
         evalsets.load_level1(_write(tmp_path / "l1.json", [{**good[0], "language": "jp"}]))
 
 
 def test_level1_builder_prefers_heldout_sentences_and_fills_with_templates():
-    level0 = evalsets.Level0Set(
-        "zh", "", [evalsets.CharEntry(c, 0, 0.0, "unseen") for c in "鬱龘靐齉"]
-    )
+    level0 = evalsets.Level0Set("zh", "", [evalsets.CharEntry(c, 0, 0.0, "unseen") for c in "鬱龘靐齉"])
     docs = ["今天天气很好鬱。我们去公园。", "这里没有目标字。"]
     samples = evalsets.build_level1(docs, level0, {c: "unseen" for c in "鬱龘靐齉"}, 3, 4, seed=0)
     assert samples[0] == evalsets.Level1Sample("zh", "鬱", "今天天气很好鬱", "unseen", "heldout")

@@ -38,9 +38,7 @@ def test_shards_decode_to_the_corpus_documents(small_data):
     index = _index(small_data)
     for lang, entry in index["languages"].items():
         for split in ("train", "val"):
-            ids = np.memmap(
-                small_data / "shards" / entry[split]["path"], dtype=index["dtype"], mode="r"
-            )
+            ids = np.memmap(small_data / "shards" / entry[split]["path"], dtype=index["dtype"], mode="r")
             starts = np.load(small_data / "shards" / lang / f"{split}.idx.npy")
             assert len(ids) == entry[split]["tokens"] and len(starts) == entry[split]["documents"]
             docs = read_documents(small_data / "corpus" / lang / f"{split}.jsonl")
@@ -73,13 +71,7 @@ def test_level0_tiers_follow_the_snapshot(small_data):
         )
         total, running, want = sum(n for _, n in seen), 0, {}
         for c, n in seen:
-            want[c] = (
-                "common"
-                if running / total < 0.5
-                else "uncommon"
-                if running / total < 0.9
-                else "rare"
-            )
+            want[c] = "common" if running / total < 0.5 else "uncommon" if running / total < 0.9 else "rare"
             running += n
         for e in level0.entries:
             if e.tier in ("unseen", "unseen_3b"):

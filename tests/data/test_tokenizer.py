@@ -55,9 +55,7 @@ _text = st.text(
 )
 
 
-@settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=_text)
 def test_round_trip_is_lossless(trained, text):
     _, tok = trained

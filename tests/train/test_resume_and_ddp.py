@@ -7,7 +7,7 @@ import time
 import numpy as np
 import torch
 
-from train.checkpointing import load_checkpoint
+from bytecanary.checkpoints import load_checkpoint
 from train.datamodule import ShardBatches
 from train.loggers import read_metrics
 
@@ -42,9 +42,7 @@ def test_killed_run_resumes_exactly(micro, tmp_path):
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert not (killed / "checkpoints" / f"step{STEPS:07d}.ckpt").exists(), (
-        "killed too late to test"
-    )
+    assert not (killed / "checkpoints" / f"step{STEPS:07d}.ckpt").exists(), "killed too late to test"
     run_train(micro, "--run.name", "killed", *args, "--run.resume", "true")
 
     whole, resumed = _weights(tmp_path / "runs" / "whole"), _weights(killed)

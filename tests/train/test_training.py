@@ -11,8 +11,9 @@ import pytest
 import torch
 import yaml
 
+from bytecanary.checkpoints import load_checkpoint
 from bytecanary.errors import BytecanaryError
-from train.checkpointing import export, load_checkpoint, log_spaced_steps
+from train.checkpointing import export, log_spaced_steps
 from train.loggers import read_metrics
 from train.model import ArchConfig, build_model, count_parameters
 

@@ -1,0 +1,193 @@
+"""A deliberately plain Level 0 / Level 1 implementation, to check the fast engine.
+
+One prompt at a time: ``model.generate`` without padding, a fresh forward pass for every
+likelihood, and every prefix re-decoded from scratch by a per-byte Python DFA written
+straight from Unicode Table 3-7. Tests and ``benchmarks/probe_throughput.py`` require
+the engine's metrics to equal these.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+
+import torch
+
+from probes.utf8_probe import Prepared, Utf8Sample
+
+# lead byte -> (bytes needed, allowed range of the second byte)
+_SECOND = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}
+
+
+def _need(lead: int) -> int:
+    if 0xC2 <= lead <= 0xDF:
+        return 2
+    if 0xE0 <= lead <= 0xEF:
+        return 3
+    if 0xF0 <= lead <= 0xF4:
+        return 4
+    return 0  # ASCII is handled apart; 0 means "never a lead"
+
+
+def py_scan(data: bytes) -> tuple[int, int, int, bool]:
+    """(bytes in complete valid characters, trailing valid-prefix bytes, bytes that
+    character needs, ends right after a complete character)."""
+    i = complete = 0
+    at_char_end = True
+    while i < len(data):
+        lead = data[i]
+        if lead < 0x80:
+            complete, i, at_char_end = complete + 1, i + 1, True
+            continue
+        need = _need(lead)
+        if not need:
+            i, at_char_end = i + 1, False
+            continue
+        j = i + 1
+        while j < i + need and j < len(data):
+            lo, hi = _SECOND.get(lead, (0x80, 0xBF)) if j == i + 1 else (0x80, 0xBF)
+            if not lo <= data[j] <= hi:
+                break
+            j += 1
+        if j == i + need:
+            complete, i, at_char_end = complete + need, j, True
+        elif j == len(data):
+            return complete, j - i, need, False
+        else:
+            i, at_char_end = j, False  # drop the broken prefix, read data[j] again
+    return complete, 0, 0, at_char_end
+
+
+def py_score(data: bytes) -> tuple[float, float, float]:
+    """(strict, soft, partial) of one stream."""
+    if not data:
+        return 1.0, 1.0, 1.0
+    complete, tail, need, _ = py_scan(data)
+    credit = tail * tail / need if tail else 0.0
+    return float(complete == len(data)), complete / len(data), (complete + credit) / len(data)
+
+
+@torch.no_grad()
+def _logprobs(model, ids: list[int]) -> list[float]:
+    """log p(ids[i] | ids[:i]) for i = 1..n-1, one unpadded forward pass."""
+    x = torch.tensor([ids])
+    lp = model(input_ids=x).logits[0, :-1].float().log_softmax(-1)
+    return lp.gather(-1, x[0, 1:, None]).squeeze(-1).tolist()
+
+
+def run_sample(model, prep: Prepared, s: Utf8Sample, max_new_tokens: int, alpha: float) -> dict:
+    """Everything the probes report about one sample, computed the obvious way."""
+    prompt = list(s.prompt_ids)
+    out = model.generate(
+        input_ids=torch.tensor([prompt]),
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=prep.eos_id,
+        pad_token_id=prep.pad_id,
+    )
+    gen = out[0, len(prompt) :].tolist()
+    if prep.eos_id in gen:
+        gen = gen[: gen.index(prep.eos_id) + 1]
+    lps = _logprobs(model, prompt + gen)
+    prompt_lp, gen_lp = sum(lps[: len(prompt) - 1]), sum(lps[len(prompt) - 1 :])
+    gold_lp = sum(_logprobs(model, prompt + list(s.gold_ids))[len(prompt) - 1 :]) if s.gold_ids else None
+    steps = []
+    for t in range(1, max_new_tokens + 1):
+        steps.append(py_score(s.prompt_bytes + prep.codec.decode(gen[:t])))
+    partial = [p for _, _, p in steps]
+    ema = partial[0]
+    for p in partial[1:]:
+        ema = alpha * p + (1 - alpha) * ema
+    content = [t for t in gen if prep.codec.id_bytes[t]]
+    gen_bytes = prep.codec.decode(gen)
+    term = bool(s.remainder) and gen_bytes.startswith(s.remainder)
+    term = term and py_scan(s.prompt_bytes + s.remainder)[3]
+    return {
+        "language": s.language,
+        "tier": s.tier or "none",
+        "k": s.k_label,
+        "tokens": gen,
+        "strict": steps[-1][0],
+        "soft": steps[-1][1],
+        "partial": partial[-1],
+        "partial_t": partial,
+        "cumulative": sum(partial) / len(partial),
+        "ema": ema,
+        "delta": None if gold_lp is None else gold_lp - gen_lp,
+        "nll": -(prompt_lp + gen_lp),
+        "count": len(prompt) - 1 + len(gen),
+        "pure": bool(content) and all(prep.codec.is_byte_token[t] for t in content),
+        "term_match": term,
+    }
+
+
+def summarise(rows: list[dict], term_match: bool) -> dict[str, float]:
+    """Group metrics with plain Python."""
+    if not rows:
+        return {}
+    mean = statistics.fmean
+    out = {m: mean(r[m] for r in rows) for m in ("partial", "strict", "soft", "cumulative", "ema")}
+    for t in range(len(rows[0]["partial_t"])):
+        out[f"partial@t{t + 1}"] = mean(r["partial_t"][t] for r in rows)
+    deltas = [r["delta"] for r in rows if r["delta"] is not None]
+    if deltas:
+        out["gold_win_rate"] = mean(d > 0 for d in deltas)
+        out["delta_ll_mean"] = mean(deltas)
+        out["delta_ll_median"] = statistics.median(deltas)
+        out["delta_ll_std"] = statistics.pstdev(deltas)
+    out["ppl"] = math.exp(sum(r["nll"] for r in rows) / sum(r["count"] for r in rows))
+    out["pure_share"] = mean(r["pure"] for r in rows)
+    pure = [r["partial"] for r in rows if r["pure"]]
+    mixed = [r["partial"] for r in rows if not r["pure"]]
+    if pure:
+        out["partial_pure"] = mean(pure)
+    if mixed:
+        out["partial_mixed"] = mean(mixed)
+    if term_match:
+        with_rest = [r["term_match"] for r in rows if r["delta"] is not None]
+        out["term_match"] = mean(with_rest) if with_rest else 0.0
+    out["n"] = float(len(rows))
+    return out
+
+
+def reference_metrics(
+    model,
+    prep: Prepared,
+    level: int,
+    max_new_tokens: int = 5,
+    alpha: float = 0.1,
+    progress: Callable | None = None,
+) -> dict[str, float]:
+    """The probe's metric dict, recomputed one sample at a time."""
+    rows = []
+    for s in prep.samples:
+        rows.append(run_sample(model, prep, s, max_new_tokens, alpha))
+        if progress:
+            progress(1)
+    out: dict[str, float] = {}
+    root = f"probe/level{level}"
+
+    def add(key: str, keep: Callable[[dict], bool]) -> None:
+        out.update(
+            {f"{root}/{key}/{m}": v for m, v in summarise([r for r in rows if keep(r)], level == 1).items()}
+        )
+
+    languages = sorted({r["language"] for r in rows})
+    add("all/all" if level == 0 else "all", lambda r: True)
+    for lg in languages:
+        if level == 0:
+            add(f"{lg}/all", lambda r, lg=lg: r["language"] == lg)
+            for tier in sorted({r["tier"] for r in rows if r["language"] == lg}):
+                add(f"{lg}/{tier}", lambda r, lg=lg, tier=tier: (r["language"], r["tier"]) == (lg, tier))
+                for k in sorted({r["k"] for r in rows if (r["language"], r["tier"]) == (lg, tier)}):
+                    add(
+                        f"{lg}/{tier}/{k}",
+                        lambda r, lg=lg, tier=tier, k=k: (r["language"], r["tier"], r["k"]) == (lg, tier, k),
+                    )
+        else:
+            add(lg, lambda r, lg=lg: r["language"] == lg)
+            for k in sorted({r["k"] for r in rows if r["language"] == lg}):
+                add(f"{lg}/{k}", lambda r, lg=lg, k=k: (r["language"], r["k"]) == (lg, k))
+    return out

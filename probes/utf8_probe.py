@@ -1,0 +1,232 @@
+"""What Level 0 and Level 1 share: byte-prefix prompts, decoding, scoring, aggregation.
+
+A sample is a prompt ending in the first k bytes of a target character, spelled as byte
+tokens, and the gold remainder of that character. After decoding, every step t scores
+Bytes(prompt + generated[:t]) with the incremental DFA (seeds/003 section 3.2.1).
+Special tokens add no bytes, and once generation stops, later steps score the stream as
+it stands. Delta_LL compares the teacher-forced log-likelihood of the gold remainder's
+byte tokens with that of the generated tokens (section 3.2.3). Term Match asks for
+exactly the remainder and then a character boundary (section 3.2.2).
+
+Prompts start with the document separator (eos by default, what training showed the
+model between documents), then the tokenizer's own leading-space token when it prepends
+one (SentencePiece's ``▁``, as in any encoded text), then the byte tokens. The paper's
+tool used the byte token ``<0x20>`` for that space; a ``▁``-prefixed text never encodes
+that way, so we use ``▁``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bytecanary import utf8
+from bytecanary.bytecodec import ByteCodec
+from probes.engine import Sampling, continuation_logprob, generate
+
+SPACE = "▁"
+
+
+@dataclass(frozen=True)
+class Utf8Sample:
+    language: str
+    char: str
+    k: int  # prompt holds the first k bytes of ``char``
+    tier: str | None
+    prompt_ids: tuple[int, ...]
+    prompt_bytes: bytes
+    gold_ids: tuple[int, ...]  # the remainder as byte tokens (empty when k = len)
+    remainder: bytes
+
+    @property
+    def k_label(self) -> str:
+        return "kfull" if not self.remainder else f"k{self.k}"
+
+
+@dataclass
+class Prepared:
+    samples: list[Utf8Sample]
+    codec: ByteCodec
+    eos_id: int | None
+    pad_id: int
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    max_new_tokens: int = 5
+    batch_size: int = 64
+    alpha: float = 0.1
+    sampling: Sampling = field(default_factory=Sampling)
+    prefix: str = "eos"  # "eos", "bos" or "none": the token before the prompt
+
+
+def prefix_ids(tokenizer: Any, prefix: str) -> list[int]:
+    token_id = {"eos": tokenizer.eos_token_id, "bos": tokenizer.bos_token_id, "none": None}[prefix]
+    return [] if token_id is None else [int(token_id)]
+
+
+def leading_space_ids(tokenizer: Any, codec: ByteCodec) -> list[int]:
+    """The tokenizer's own leading-space token, when encoding prepends one."""
+    if not codec.adds_leading_space:
+        return []
+    space = tokenizer.convert_tokens_to_ids(SPACE)
+    return [int(space)] if space is not None and space != tokenizer.unk_token_id else codec.encode_bytes(b" ")
+
+
+def byte_prefix_sample(
+    codec: ByteCodec,
+    head_ids: list[int],
+    head_bytes: bytes,
+    language: str,
+    char: str,
+    k: int,
+    tier: str | None,
+) -> Utf8Sample:
+    data = char.encode("utf-8")
+    return Utf8Sample(
+        language=language,
+        char=char,
+        k=k,
+        tier=tier,
+        prompt_ids=(*head_ids, *codec.encode_bytes(data[:k])),
+        prompt_bytes=head_bytes + data[:k],
+        gold_ids=tuple(codec.encode_bytes(data[k:])),
+        remainder=data[k:],
+    )
+
+
+def prepared_for(tokenizer: Any, samples: list[Utf8Sample], codec: ByteCodec) -> Prepared:
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return Prepared(samples, codec, tokenizer.eos_token_id, int(pad if pad is not None else 0))
+
+
+def my_batches(n: int, batch_size: int, rank: int, world: int) -> np.ndarray:
+    """Indices of the samples in this rank's batches: whole batches dealt round-robin,
+    so every batch is the same in a DDP run as in a single process."""
+    starts = range(rank * batch_size, n, world * batch_size)
+    return np.array([i for s in starts for i in range(s, min(s + batch_size, n))], dtype=np.int64)
+
+
+def compute(
+    model: Any,
+    prep: Prepared,
+    cfg: DecodeConfig,
+    rank: int = 0,
+    world: int = 1,
+    progress: Callable | None = None,
+) -> dict[str, np.ndarray]:
+    """Per-sample results of this rank's share (arrays, with ``index`` into the samples)."""
+    idx = my_batches(len(prep.samples), cfg.batch_size, rank, world)
+    samples = [prep.samples[i] for i in idx]
+    prompts = [list(s.prompt_ids) for s in samples]
+    gen = generate(
+        model, prompts, cfg.max_new_tokens, prep.eos_id, prep.pad_id, cfg.batch_size, cfg.sampling, progress
+    )
+    codec = prep.codec
+    steps = np.arange(gen.tokens.shape[1])
+    live_NT = steps[None, :] < gen.lengths[:, None]  # generated before (and including) the end
+    chunks = []
+    for t in steps:
+        chunk, lengths = codec.chunk(gen.tokens[:, t])
+        chunks.append((chunk, np.where(live_NT[:, t], lengths, 0)))
+    scores = utf8.step_scores([s.prompt_bytes for s in samples], chunks=chunks, alpha=cfg.alpha)
+    has_gold = np.array([bool(s.gold_ids) for s in samples])
+    gold_ll = np.full(len(samples), np.nan)
+    if has_gold.any():
+        chosen = np.flatnonzero(has_gold)
+        gold_ll[chosen] = continuation_logprob(
+            model,
+            [prompts[i] for i in chosen],
+            [list(samples[i].gold_ids) for i in chosen],
+            prep.pad_id,
+            cfg.batch_size,
+        )
+    gen_ll = gen.logprobs.sum(axis=1)
+    carries = live_NT & (codec.lengths[gen.tokens] > 0)  # generated tokens that add bytes
+    pure = carries.any(axis=1) & ~(carries & ~codec.is_byte_token[gen.tokens]).any(axis=1)
+    gen_bytes = [codec.decode(row[:n]) for row, n in zip(gen.tokens, gen.lengths, strict=True)]
+    term = np.array(
+        [
+            bool(s.remainder) and utf8.term_match(s.prompt_bytes, b, s.remainder)
+            for s, b in zip(samples, gen_bytes, strict=True)
+        ]
+    )
+    return {
+        "index": idx,
+        "partial": scores.partial,
+        "strict": scores.strict,
+        "soft": scores.soft,
+        "cumulative": scores.cumulative,
+        "ema": scores.ema,
+        "gold_ll": gold_ll,
+        "gen_ll": gen_ll,
+        "nll_sum": -(gen.prompt_logprob + gen_ll),
+        "nll_count": (gen.prompt_scored + gen.lengths).astype(np.float64),
+        "pure": pure,
+        "term_match": term,
+        "tokens": gen.tokens,
+        "lengths": gen.lengths,
+    }
+
+
+def merge(payloads: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Every rank's per-sample arrays, back in sample order."""
+    merged = {k: np.concatenate([p[k] for p in payloads]) for k in payloads[0]}
+    order = np.argsort(merged["index"], kind="stable")
+    return {k: v[order] for k, v in merged.items()}
+
+
+def group_metrics(r: dict[str, np.ndarray], mask: np.ndarray, term_match: bool) -> dict[str, float]:
+    """Aggregates of the samples in ``mask``: scores at the last step, per step, Delta_LL."""
+    if not mask.any():
+        return {}
+    last = {k: r[k][mask, -1] for k in ("partial", "strict", "soft", "cumulative", "ema")}
+    out: dict[str, float] = {k: float(v.mean()) for k, v in last.items()}
+    for t in range(r["partial"].shape[1]):
+        out[f"partial@t{t + 1}"] = float(r["partial"][mask, t].mean())
+    delta = (r["gold_ll"] - r["gen_ll"])[mask]
+    delta = delta[~np.isnan(delta)]
+    if len(delta):
+        out.update(
+            gold_win_rate=float((delta > 0).mean()),
+            delta_ll_mean=float(delta.mean()),
+            delta_ll_median=float(np.median(delta)),
+            delta_ll_std=float(delta.std()),
+        )
+    out["ppl"] = float(np.exp(r["nll_sum"][mask].sum() / r["nll_count"][mask].sum()))
+    pure = r["pure"][mask]
+    out["pure_share"] = float(pure.mean())
+    if pure.any():
+        out["partial_pure"] = float(last["partial"][pure].mean())
+    if (~pure).any():
+        out["partial_mixed"] = float(last["partial"][~pure].mean())
+    if term_match:
+        has_remainder = ~np.isnan(r["gold_ll"][mask])
+        out["term_match"] = float(r["term_match"][mask][has_remainder].mean()) if has_remainder.any() else 0.0
+    out["n"] = float(mask.sum())
+    return out
+
+
+def write_records(path: str | Path, probe: str, samples: list[Utf8Sample], r: dict[str, np.ndarray]) -> None:
+    """One JSON line per sample: the prompt, what was generated, and its scores."""
+    with open(path, "a", encoding="utf-8") as f:
+        for i, s in enumerate(samples):
+            n = int(r["lengths"][i])
+            row = {k: v for k, v in asdict(s).items() if k not in ("prompt_bytes", "remainder")}
+            row.update(
+                probe=probe,
+                prompt_bytes=s.prompt_bytes.hex(),
+                remainder=s.remainder.hex(),
+                generated_ids=r["tokens"][i, :n].tolist(),
+                partial=r["partial"][i].tolist(),
+                strict=r["strict"][i].tolist(),
+                delta_ll=None if np.isnan(r["gold_ll"][i]) else float(r["gold_ll"][i] - r["gen_ll"][i]),
+                pure=bool(r["pure"][i]),
+                term_match=bool(r["term_match"][i]),
+            )
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
