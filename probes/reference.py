@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from probes.utf8_probe import Prepared, Utf8Sample
+from probes.utf8_probe import Prepared, Utf8Sample, fit_context
 
 # lead byte -> (bytes needed, allowed range of the second byte)
 _SECOND = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}
@@ -162,7 +162,7 @@ def reference_metrics(
 ) -> dict[str, float]:
     """The probe's metric dict, recomputed one sample at a time."""
     rows = []
-    for s in prep.samples:
+    for s in fit_context(prep.samples, model, max_new_tokens, prep.codec):
         rows.append(run_sample(model, prep, s, max_new_tokens, alpha))
         if progress:
             progress(1)

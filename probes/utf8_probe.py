@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,23 @@ def prepared_for(tokenizer: Any, samples: list[Utf8Sample], codec: ByteCodec) ->
     return Prepared(samples, codec, tokenizer.eos_token_id, int(pad if pad is not None else 0))
 
 
+def fit_context(samples: list[Utf8Sample], model: Any, room: int, codec: ByteCodec) -> list[Utf8Sample]:
+    """Cut prompts from the left so prompt + ``room`` new tokens fit the model's context
+    (long Level 1 sentences on small models); the scored bytes follow the cut."""
+    n_ctx = getattr(model.config, "n_positions", None) or getattr(
+        model.config, "max_position_embeddings", None
+    )
+    if not n_ctx:
+        return samples
+    keep = n_ctx - room
+    return [
+        s
+        if len(s.prompt_ids) <= keep
+        else replace(s, prompt_ids=s.prompt_ids[-keep:], prompt_bytes=codec.decode(s.prompt_ids[-keep:]))
+        for s in samples
+    ]
+
+
 def my_batches(n: int, batch_size: int, rank: int, world: int) -> np.ndarray:
     """Indices of the samples in this rank's batches: whole batches dealt round-robin,
     so every batch is the same in a DDP run as in a single process."""
@@ -122,7 +139,7 @@ def compute(
 ) -> dict[str, np.ndarray]:
     """Per-sample results of this rank's share (arrays, with ``index`` into the samples)."""
     idx = my_batches(len(prep.samples), cfg.batch_size, rank, world)
-    samples = [prep.samples[i] for i in idx]
+    samples = fit_context([prep.samples[i] for i in idx], model, cfg.max_new_tokens, prep.codec)
     prompts = [list(s.prompt_ids) for s in samples]
     gen = generate(
         model, prompts, cfg.max_new_tokens, prep.eos_id, prep.pad_id, cfg.batch_size, cfg.sampling, progress

@@ -1,9 +1,10 @@
 """``bytecanary train``: LightningCLI over ByteLM and ShardDataModule.
 
 Configs compose (``--config a.yaml --config b.yaml``) from the sections ``model``,
-``data``, ``trainer`` and ``run``; ``--print_config`` prints the resolved one. The run
-folder ``<run.root>/<run.name>/`` gets config.yaml, checkpoints/, metrics.jsonl and
-wandb/ (``../shared/CONVENTIONS.md``).
+``data``, ``trainer``, ``run`` and ``probes`` (fired at every checkpoint);
+``--print_config`` prints the resolved one. The run folder ``<run.root>/<run.name>/``
+gets config.yaml, checkpoints/, metrics.jsonl, probes.jsonl and wandb/
+(``../shared/CONVENTIONS.md``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_path
 from bytecanary.tracking import define_tokens_seen_axis, finish_wandb
+from probes.callback import ProbeCallback
 from train.checkpointing import AtomicCheckpointIO, ScheduledCheckpoint
 from train.datamodule import ShardDataModule
 from train.loggers import JsonlLogger, TruncateMetricsOnStart, make_wandb_logger
@@ -43,7 +45,11 @@ class RunConfig:
     log_spaced_until: int | None = 512
     """Also save at steps 1, 2, 4, ... up to this (None: off)."""
     resume: bool = False
-    """Continue from <root>/<name>/checkpoints/last.ckpt."""
+    """Continue from the latest checkpoint in <root>/<name>/checkpoints/."""
+    probe_every_tokens: int | None = None
+    """Fire the probes every this many tokens as well as at each checkpoint."""
+    probe_strict: bool = False
+    """A failing probe stops training (default: recorded as failed, training goes on)."""
 
     @property
     def dir(self) -> Path:
@@ -53,6 +59,12 @@ class RunConfig:
 class BytecanaryCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_class_arguments(RunConfig, "run")
+        parser.add_argument(
+            "--probes",
+            type=list[dict[str, Any]],
+            default=[],
+            help="probes fired at every checkpoint, e.g. [{name: level0, trial: true}]",
+        )
         parser.link_arguments("model.arch.n_positions", "data.seq_len")
         parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.eos_token_id", "model.eos_token_id", apply_on="instantiate")
@@ -69,6 +81,8 @@ class BytecanaryCLI(LightningCLI):
         callbacks.append(
             ScheduledCheckpoint(run.dir / "checkpoints", run.checkpoint_every, run.log_spaced_until)
         )
+        if self.config["probes"]:  # after the checkpoint callback: probes see saved weights
+            callbacks.append(ProbeCallback(self.config["probes"], run.probe_every_tokens, run.probe_strict))
         callbacks.append(TruncateMetricsOnStart())
         kwargs.update(
             default_root_dir=str(run.dir),
@@ -91,6 +105,13 @@ TRAINER_DEFAULTS = {
 }
 
 
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The most recently written checkpoint: last.ckpt, or a step file when a crash came
+    between writing it and updating last.ckpt (writes are atomic, so mtimes order them)."""
+    ckpts = list(folder.glob("*.ckpt"))
+    return max(ckpts, key=lambda p: (p.stat().st_mtime_ns, p.name == "last.ckpt")) if ckpts else None
+
+
 def main(args: list[str] | None = None) -> int:
     # `bytecanary train ...` passes its own argv; sys.argv stays whole for DDP's re-launch
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
@@ -106,10 +127,10 @@ def main(args: list[str] | None = None) -> int:
         parser_kwargs={"prog": "bytecanary train", "default_config_files": []},
     )
     run = cli.run_config()
-    last = run.dir / "checkpoints" / "last.ckpt"
-    if run.resume and not last.exists():
-        raise BytecanaryError(f"run.resume: no checkpoint to resume at {last}")
-    if not run.resume and any((run.dir / "checkpoints").glob("*.ckpt")):
+    last = latest_checkpoint(run.dir / "checkpoints")
+    if run.resume and last is None:
+        raise BytecanaryError(f"run.resume: no checkpoint to resume in {run.dir / 'checkpoints'}")
+    if not run.resume and last is not None:
         raise BytecanaryError(
             f"{run.dir} already holds checkpoints: pass --run.resume=true to continue it, "
             "or choose another --run.name"

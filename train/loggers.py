@@ -49,18 +49,25 @@ class JsonlLogger(Logger):
             f.write(json.dumps(row) + "\n")
 
     @rank_zero_only
-    def truncate_after(self, step: int) -> None:
-        """Drop rows past ``step`` (and any torn last line): a resumed run logs them again."""
-        if not self.path.exists():
-            return
+    def truncate_after(self, step: int, train_row: dict[str, Any] | None = None) -> None:
+        """Drop rows past ``step`` (and any torn last line): a resumed run logs them again.
+        ``train_row``, the resumed checkpoint's own step row, is put back if it is missing."""
         keep = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        lines = self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
+        for line in lines:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue
             if row.get("step") is not None and row["step"] <= step:
                 keep.append(line)
+        rows = [json.loads(line) for line in keep]
+        if (
+            train_row
+            and train_row["step"] == step
+            and not any(r["step"] == step and "train/loss" in r for r in rows)
+        ):
+            keep.append(json.dumps(train_row))
         with atomic_path(self.path) as tmp:
             tmp.write_text("".join(f"{line}\n" for line in keep), encoding="utf-8")
 
@@ -70,9 +77,12 @@ class TruncateMetricsOnStart(Callback):
     so a resumed run's history has no duplicated steps."""
 
     def on_train_start(self, trainer, pl_module) -> None:
+        step = trainer.global_step
+        logged = step > 0 and step % trainer.log_every_n_steps == 0  # Lightning logged this step
+        row = getattr(pl_module, "train_row", None) if logged else None
         for logger in trainer.loggers:
             if isinstance(logger, JsonlLogger):
-                logger.truncate_after(trainer.global_step)
+                logger.truncate_after(step, row)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

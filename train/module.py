@@ -68,6 +68,7 @@ class ByteLM(L.LightningModule):
         self.model = build_model(self.arch, vocab_size, eos_token_id)
         self.compile = compile
         self.tokens_seen = 0
+        self.train_row: dict[str, Any] | None = None  # the last step's train metrics
         self.run_config: dict[str, Any] = {}  # the resolved CLI config, stored in checkpoints
         self.tokenizer_path: str | None = None
         self.languages: list[str] = []
@@ -93,7 +94,7 @@ class ByteLM(L.LightningModule):
         loss = F.cross_entropy(logits_BTV.flatten(0, 1).float(), y_BT.flatten(), reduction="none")
         return loss.view_as(y_BT)
 
-    def _counter(self, value: float) -> torch.Tensor:
+    def _exact(self, value: float) -> torch.Tensor:
         # float64 so that token counts in the billions log exactly
         return torch.tensor(float(value), dtype=torch.float64)
 
@@ -102,16 +103,21 @@ class ByteLM(L.LightningModule):
         local = torch.tensor(float(loss_BT.numel()), device=self.device)
         self.tokens_seen += int(self.trainer.strategy.reduce(local, reduce_op="sum").item())
         loss = loss_BT.mean()
+        lr = self.optimizers().param_groups[0]["lr"]
         self.log_dict(
             {
                 "train/loss": loss.detach(),
-                "train/lr": self.optimizers().param_groups[0]["lr"],
-                "tokens_seen": self._counter(self.tokens_seen),
-                "step": self._counter(self.global_step + 1),
+                "train/lr": self._exact(lr),
+                "tokens_seen": self._exact(self.tokens_seen),
+                "step": self._exact(self.global_step + 1),
             },
             on_step=True,
             on_epoch=False,
         )
+        # Lightning writes this row to the loggers only after the step's checkpoint is
+        # saved; the checkpoint carries it so a run killed in between loses nothing
+        self.train_row = {"step": self.global_step + 1, "train/loss": loss.item(), "train/lr": lr}
+        self.train_row["tokens_seen"] = self.tokens_seen
         self.log("loss", loss.detach(), prog_bar=True, logger=False)
         return loss
 
@@ -136,8 +142,8 @@ class ByteLM(L.LightningModule):
         for lang, s, c in zip(self.languages, sum_L.tolist(), count_L.tolist(), strict=True):
             if c > 0:
                 metrics[f"val/{lang}/ppl"] = math.exp(s / c)
-        metrics["tokens_seen"] = self._counter(self.tokens_seen)
-        metrics["step"] = self._counter(self.global_step)
+        metrics["tokens_seen"] = self._exact(self.tokens_seen)
+        metrics["step"] = self._exact(self.global_step)
         self.log_dict(metrics, prog_bar=False)
         self.log("val_ppl", metrics["val/ppl"], prog_bar=True, logger=False)
 
@@ -162,11 +168,13 @@ class ByteLM(L.LightningModule):
             "tokenizer_hash": getattr(self, "_tokenizer_hash", None),
             "gpt2_config": self._plain_model().config.to_dict(),
             "rng": torch.get_rng_state(),
+            "train_row": self.train_row,
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         meta = checkpoint.get("bytecanary", {})
         self.tokens_seen = int(meta.get("tokens_seen", 0))
+        self.train_row = meta.get("train_row")
         if "rng" in meta:
             torch.set_rng_state(meta["rng"])
 

@@ -11,7 +11,7 @@ from bytecanary.checkpoints import load_checkpoint
 from train.datamodule import ShardBatches
 from train.loggers import read_metrics
 
-from .conftest import run_train, train_cmd
+from ..conftest import run_train, train_cmd
 
 STEPS = 60
 

@@ -17,7 +17,7 @@ from train.checkpointing import export, log_spaced_steps
 from train.loggers import read_metrics
 from train.model import ArchConfig, build_model, count_parameters
 
-from .conftest import run_train, train_cmd
+from ..conftest import run_train, train_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
 

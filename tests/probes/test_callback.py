@@ -1,0 +1,119 @@
+"""The probe callback: fires after each checkpoint, records failures, DDP equals 1 process."""
+
+import lightning as L
+import pytest
+import yaml
+
+from bytecanary.checkpoints import checkpoint_meta, gpt2_from_checkpoint, load_checkpoint, tokenizer_dir
+from probes import get_probe
+from probes.callback import ProbeCallback
+from probes.records import read_records
+from probes.registry import Probe
+from train.checkpointing import ScheduledCheckpoint
+from train.datamodule import ShardDataModule
+from train.loggers import read_metrics
+from train.model import ArchConfig
+from train.module import ByteLM
+
+from ..conftest import run_train
+
+
+class Exploding(Probe):
+    name = "exploding"
+
+    def prepare(self, tokenizer, data_dir):
+        return None
+
+    def compute(self, model, tokenizer, prepared, rank=0, world=1):
+        raise ValueError("boom")
+
+
+def _fit(tmp_path, small_data, probes, strict=False):
+    dm = ShardDataModule(str(small_data), batch_size=4, seq_len=32, val_tokens=256)
+    module = ByteLM(ArchConfig(n_layer=1, n_head=2, n_embd=32, n_positions=32), vocab_size=dm.vocab_size)
+    ckpt = ScheduledCheckpoint(tmp_path / "checkpoints", every_n_steps=2, log_spaced_until=None)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=4,
+        max_epochs=-1,
+        limit_val_batches=0,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[ckpt, ProbeCallback(probes, strict=strict)],
+    )
+    trainer.fit(module, datamodule=dm)
+    return trainer, module
+
+
+def test_failing_probe_is_recorded_and_training_goes_on(tmp_path, small_data):
+    trainer, module = _fit(tmp_path, small_data, [Exploding(), {"name": "level0", "per_language": 2}])
+    assert trainer.global_step == 4
+    rows = read_records(tmp_path / "probes.jsonl")
+    assert [(r["step"], r["probe"], r["status"]) for r in rows] == [
+        (2, "exploding", "failed"),
+        (2, "level0", "ok"),
+        (4, "exploding", "failed"),
+        (4, "level0", "ok"),
+    ]
+    assert rows[0]["error"] == "ValueError: boom" and rows[0]["metrics"] == {}
+    assert rows[1]["checkpoint"].endswith("step0000002.ckpt") and rows[3]["tokens_seen"] == 4 * 4 * 32
+    assert module.model.training  # train mode restored
+
+
+def test_strict_makes_a_failing_probe_fatal(tmp_path, small_data):
+    with pytest.raises(RuntimeError, match="probe exploding failed at step 2 \\(strict\\)"):
+        _fit(tmp_path, small_data, [Exploding()], strict=True)
+
+
+PROBES = [
+    {"name": "level0", "per_language": 6, "batch_size": 8},
+    {"name": "level1", "per_language": 4, "batch_size": 8},
+]
+
+
+def test_ddp_probes_equal_a_single_process_run(micro, tmp_path):
+    probes_yaml = tmp_path / "probes.yaml"
+    probes_yaml.write_text(yaml.safe_dump({"probes": PROBES}))
+    run_train(
+        micro,
+        "--config",
+        str(probes_yaml),
+        "--run.name",
+        "ddp",
+        "--trainer.devices",
+        "2",
+        "--trainer.strategy",
+        "ddp",
+        "--trainer.max_steps",
+        "4",
+        "--run.wandb",
+        "true",
+    )
+    run = tmp_path / "runs" / "ddp"
+    rows = read_records(run / "probes.jsonl")
+    assert [(r["step"], r["probe"], r["status"]) for r in rows] == [
+        (4, "level0", "ok"),
+        (4, "level1", "ok"),
+    ]
+    path = rows[0]["checkpoint"]
+    ckpt = load_checkpoint(path)
+    model = gpt2_from_checkpoint(ckpt, path)
+    tok_dir = tokenizer_dir(checkpoint_meta(ckpt, path), path)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    for spec, row in zip(PROBES, rows, strict=True):
+        params = {k: v for k, v in spec.items() if k != "name"}
+        single = get_probe(spec["name"], **params).run(model, tok, data_dir=tok_dir.parent)
+        assert single.keys() == row["metrics"].keys()
+        for key, value in single.items():
+            assert row["metrics"][key] == pytest.approx(value, rel=1e-6, abs=1e-6), key
+    # the probe metrics sit beside val/ppl in metrics.jsonl and in the W&B offline run
+    metrics = read_metrics(run / "metrics.jsonl")
+    assert any("probe/level0/all/all/partial" in r and r["tokens_seen"] == 4 * 8 * 32 * 2 for r in metrics)
+    from ..train.test_training import _wandb_history
+
+    history = _wandb_history(next((run / "wandb").glob("offline-run-*")))
+    assert any("probe/level1/all/term_match" in h and "tokens_seen" in h for h in history)
+    assert any("val/ppl" in h for h in history)
