@@ -27,6 +27,25 @@ def _prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probe(args: argparse.Namespace) -> int:
+    from probes.runner import run
+
+    if not args.paths and not args.watch:
+        raise BytecanaryError("probe: give at least one PATH or --watch DIR")
+    return run(
+        args.paths,
+        [p.strip() for p in args.probes.split(",") if p.strip()],
+        out=args.out,
+        trial=args.trial,
+        eval_sets={"level0": args.level0_set, "level1": args.level1_set},
+        wandb_project=None if args.no_wandb else args.wandb_project,
+        watch_dir=args.watch,
+        interval=args.interval,
+        revisions=[r for r in (args.revision or "").split(",") if r] or None,
+        device=args.device,
+    )
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bytecanary",
@@ -49,6 +68,22 @@ def _build_parser() -> argparse.ArgumentParser:
     export.add_argument("checkpoint", help="a .ckpt file")
     export.add_argument("out_dir", help="output folder (safetensors + tokenizer)")
     export.set_defaults(run=_export)
+    probe = sub.add_parser("probe", help="attach probes to existing checkpoints")
+    probe.add_argument(
+        "paths", nargs="*", metavar="PATH", help=".ckpt, HF model folder, folder of checkpoints, or model id"
+    )
+    probe.add_argument("--probes", default="level0,level1", help="comma-separated (default: level0,level1)")
+    probe.add_argument("--trial", action="store_true", help="trial sets (M per language) instead of full")
+    probe.add_argument("--level0-set", help="Level 0 eval-set file (default: the checkpoint's data)")
+    probe.add_argument("--level1-set", help="Level 1 eval-set file (default: the checkpoint's data)")
+    probe.add_argument("--out", default="probes.jsonl", help="records file (default: probes.jsonl)")
+    probe.add_argument("--wandb-project", default="bytecanary", help="W&B project (offline without a key)")
+    probe.add_argument("--no-wandb", action="store_true", help="write probes.jsonl only")
+    probe.add_argument("--watch", metavar="DIR", help="probe each new checkpoint in DIR until Ctrl-C")
+    probe.add_argument("--interval", type=float, default=30.0, help="seconds between looks with --watch")
+    probe.add_argument("--revision", help="with a model id: revisions to probe, e.g. step1000,step2000")
+    probe.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
+    probe.set_defaults(run=_probe)
     demo = sub.add_parser("demo", help="run the embedded default end to end")
     demo.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
     demo.add_argument("--minutes", type=float, default=10.0, help="time budget in minutes")

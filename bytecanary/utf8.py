@@ -233,12 +233,18 @@ def step_scores(
     return StepScores(partial=partial, strict=strict, soft=soft, cumulative=cumulative, ema=ema)
 
 
-def term_match(prompt: bytes, generated: bytes, remainder: bytes) -> bool:
-    """Level 1 Term Match: the bytes right after the prompt are exactly the gold
-    remainder, and the DFA is back at a character boundary (a character just
+def term_match_batch(
+    prompts: Sequence[bytes], generated: Sequence[bytes], remainders: Sequence[bytes]
+) -> np.ndarray:
+    """Level 1 Term Match of N samples: the bytes right after each prompt are exactly its
+    gold remainder, and the DFA is back at a character boundary (a character just
     completed validly) right after it."""
-    if not generated.startswith(remainder):
-        return False
-    scorer = StreamScorer(1)
-    scorer.feed_bytes([prompt + remainder])
-    return bool(scorer.at_boundary[0])
+    starts = np.array([g.startswith(r) for g, r in zip(generated, remainders, strict=True)], dtype=bool)
+    scorer = StreamScorer(len(prompts))
+    scorer.feed_bytes([p + r for p, r in zip(prompts, remainders, strict=True)])
+    return starts & scorer.at_boundary
+
+
+def term_match(prompt: bytes, generated: bytes, remainder: bytes) -> bool:
+    """Term Match of one sample (see ``term_match_batch``)."""
+    return bool(term_match_batch([prompt], [generated], [remainder])[0])

@@ -2,11 +2,12 @@
 
 Prompts of different lengths are left-padded into one batch. GPT-2 uses absolute
 positions, so position ids count real tokens only (padding does not shift them), and the
-KV cache makes each new token one short forward pass. A batch therefore yields the
-greedy (or sampled) continuation, the log-probability of every generated token and of
-every prompt token, from one prefill and one pass per new token. Gold continuations are
-scored in one more pass over prompt + gold. Results equal ``model.generate`` run on each
-prompt alone (a test checks this).
+KV cache makes each new token one short forward pass. Gold continuations ride along in
+the prefill, which runs once per distinct ``prompt + gold`` sequence: the k-byte prompts
+of one character all share the character's full sequence. A batch therefore yields the
+greedy (or sampled) continuation and the log-probability of every generated, prompt and
+gold token from one prefill and one pass per new token. Results equal
+``model.generate`` run on each prompt alone (a test checks this).
 
 Shape suffixes: B batch, T time (tokens), V vocabulary.
 """
@@ -14,7 +15,7 @@ Shape suffixes: B batch, T time (tokens), V vocabulary.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,7 @@ class Generation:
     logprobs: np.ndarray  # (N, T) log p of each generated token, 0 after the end
     prompt_logprob: np.ndarray  # (N,) sum of log p of prompt tokens 2..n given the ones before
     prompt_scored: np.ndarray  # (N,) how many prompt tokens that sum covers (n - 1)
+    gold_logprob: np.ndarray  # (N,) teacher-forced log p(gold | prompt); nan without gold
 
 
 def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,9 +49,8 @@ def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch
     ids_BT = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask_BT = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
-        if row:
-            ids_BT[i, width - len(row) :] = torch.tensor(row)
-            mask_BT[i, width - len(row) :] = 1
+        ids_BT[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+        mask_BT[i, width - len(row) :] = 1
     return ids_BT.to(device), mask_BT.to(device)
 
 
@@ -83,7 +84,7 @@ def _pick(logits_BV: torch.Tensor, sampling: Sampling, gen: torch.Generator | No
     return torch.multinomial(probs_BV.cpu(), 1, generator=gen).squeeze(-1).to(logits_BV.device)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate(
     model: torch.nn.Module,
     prompts: Sequence[Sequence[int]],
@@ -92,39 +93,62 @@ def generate(
     pad_id: int,
     batch_size: int = 64,
     sampling: Sampling = Sampling(),
-    progress: Callable[[int], None] | None = None,
+    golds: Sequence[Sequence[int]] | None = None,
 ) -> Generation:
-    """Decode every prompt (batches of ``batch_size``, in the given order)."""
+    """Decode every prompt (batches of ``batch_size``, in the given order).
+
+    ``golds`` (optional) are scored teacher-forced in the same prefill: the prefill runs
+    once per distinct ``prompt + gold`` sequence in the batch (the prefixes of one
+    character share it), log-probs of prompt and gold are sums over its columns, the
+    first new token is read at the prompt's end, and each sample then decodes on its own
+    copy of the cache with the gold columns masked out."""
     device = next(model.parameters()).device
     n = len(prompts)
+    golds = golds if golds is not None else [()] * n
     tokens = np.full((n, max_new_tokens), pad_id, dtype=np.int64)
     logprobs = np.zeros((n, max_new_tokens))
     lengths = np.zeros(n, dtype=np.int64)
-    prompt_lp = np.zeros(n)
-    prompt_scored = np.zeros(n, dtype=np.int64)
+    prompt_lp, gold_lp = np.zeros(n), np.full(n, np.nan)
     gen = torch.Generator().manual_seed(sampling.seed) if sampling.temperature > 0 else None
     for lo in range(0, n, batch_size):
-        rows = prompts[lo : lo + batch_size]
-        ids_BT, mask_BT = _left_pad(rows, pad_id, device)
-        out = model(
-            input_ids=ids_BT, attention_mask=mask_BT, position_ids=_positions(mask_BT), use_cache=True
+        rows = slice(lo, min(lo + batch_size, n))
+        fulls: dict[tuple[int, ...], int] = {}
+        seq_B = torch.tensor(
+            [fulls.setdefault((*p, *g), len(fulls)) for p, g in zip(prompts[rows], golds[rows], strict=True)],
+            device=device,
         )
-        lp_BTV = out.logits[:, :-1].float().log_softmax(-1)
-        lp_BT = lp_BTV.gather(-1, ids_BT[:, 1:, None]).squeeze(-1)
-        scored_BT = mask_BT[:, 1:] * mask_BT[:, :-1]
-        prompt_lp[lo : lo + len(rows)] = (lp_BT * scored_BT).sum(-1).cpu().numpy()
-        prompt_scored[lo : lo + len(rows)] = scored_BT.sum(-1).cpu().numpy()
-        logits_BV, cache = out.logits[:, -1], _cache_of(out)
-        done_B = torch.zeros(len(rows), dtype=torch.bool, device=device)
-        pos_B1 = _positions(mask_BT)[:, -1:]
+        ids_UT, mask_UT = _left_pad(list(fulls), pad_id, device)
+        out = model(
+            input_ids=ids_UT, attention_mask=mask_UT, position_ids=_positions(mask_UT), use_cache=True
+        )
+        logits_UTV = out.logits.float()
+        lp_UT = logits_UTV[:, :-1].gather(-1, ids_UT[:, 1:, None]).squeeze(-1) - logits_UTV[:, :-1].logsumexp(
+            -1
+        )
+        cum_UT = torch.nn.functional.pad(lp_UT.cumsum(-1), (1, 0))  # cum[:, j] = sum of lp[:, :j]
+        width = ids_UT.shape[1]
+        start_B = width - mask_UT.sum(-1)[seq_B]  # first real column of each sample's row
+        plen_B = torch.tensor([len(p) for p in prompts[rows]], device=device)
+        end_B = start_B + plen_B - 1  # the prompt's last column
+        prompt_lp[rows] = (cum_UT[seq_B, end_B] - cum_UT[seq_B, start_B]).cpu().numpy()
+        has_gold = np.array([bool(g) for g in golds[rows]])
+        gold_lp[rows] = np.where(
+            has_gold, (cum_UT[seq_B, width - 1] - cum_UT[seq_B, end_B]).cpu().numpy(), np.nan
+        )
+        logits_BV = logits_UTV[seq_B, end_B]
+        cache = _cache_of(out)
+        cache.batch_select_indices(seq_B)
+        cols_T = torch.arange(width, device=device)
+        mask_BT = ((cols_T >= start_B[:, None]) & (cols_T <= end_B[:, None])).long()
+        pos_B1 = (plen_B - 1)[:, None]
+        done_B = torch.zeros(len(seq_B), dtype=torch.bool, device=device)
         for t in range(max_new_tokens):
-            step_lp_BV = logits_BV.float().log_softmax(-1)
-            next_B = _pick(logits_BV.float(), sampling, gen)
+            next_B = _pick(logits_BV, sampling, gen)
             next_B = torch.where(done_B, torch.full_like(next_B, pad_id), next_B)
-            lp_B = step_lp_BV.gather(-1, next_B[:, None]).squeeze(-1).masked_fill(done_B, 0.0)
-            tokens[lo : lo + len(rows), t] = next_B.cpu().numpy()
-            logprobs[lo : lo + len(rows), t] = lp_B.cpu().numpy()
-            lengths[lo : lo + len(rows)] += (~done_B).long().cpu().numpy()
+            lp_B = logits_BV.gather(-1, next_B[:, None]).squeeze(-1) - logits_BV.logsumexp(-1)
+            tokens[rows, t] = next_B.cpu().numpy()
+            logprobs[rows, t] = lp_B.masked_fill(done_B, 0.0).cpu().numpy()
+            lengths[rows] += (~done_B).long().cpu().numpy()
             if eos_id is not None:
                 done_B = done_B | (next_B == eos_id)
             if t == max_new_tokens - 1 or bool(done_B.all()):
@@ -138,32 +162,6 @@ def generate(
                 use_cache=True,
                 **{_cache_kwarg(model): cache},
             )
-            logits_BV, cache = out.logits[:, -1], _cache_of(out)
-        if progress:
-            progress(len(rows))
-    return Generation(tokens, lengths, logprobs, prompt_lp, prompt_scored)
-
-
-@torch.no_grad()
-def continuation_logprob(
-    model: torch.nn.Module,
-    prompts: Sequence[Sequence[int]],
-    continuations: Sequence[Sequence[int]],
-    pad_id: int,
-    batch_size: int = 64,
-) -> np.ndarray:
-    """Teacher-forced sum of log p(continuation | prompt) for each pair (0 when empty)."""
-    device = next(model.parameters()).device
-    out = np.zeros(len(prompts))
-    for lo in range(0, len(prompts), batch_size):
-        pairs = list(zip(prompts[lo : lo + batch_size], continuations[lo : lo + batch_size], strict=True))
-        ids_BT, mask_BT = _left_pad([[*p, *c] for p, c in pairs], pad_id, device)
-        logits_BTV = model(input_ids=ids_BT, attention_mask=mask_BT, position_ids=_positions(mask_BT)).logits
-        lp_BT = logits_BTV[:, :-1].float().log_softmax(-1).gather(-1, ids_BT[:, 1:, None]).squeeze(-1)
-        width = ids_BT.shape[1]
-        cont_BT = torch.zeros_like(lp_BT)
-        for i, (_, c) in enumerate(pairs):
-            if c:
-                cont_BT[i, width - 1 - len(c) :] = 1  # targets at the last len(c) positions
-        out[lo : lo + len(pairs)] = (lp_BT * cont_BT).sum(-1).cpu().numpy()
-    return out
+            logits_BV, cache = out.logits[:, -1].float(), _cache_of(out)
+    prompt_scored = np.array([max(len(p) - 1, 0) for p in prompts], dtype=np.int64)
+    return Generation(tokens, lengths, logprobs, prompt_lp, prompt_scored, gold_lp)

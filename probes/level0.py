@@ -75,7 +75,7 @@ class Level0Probe(Probe):
         eval_sets: list[str] | None = None,
         languages: list[str] | None = None,
         max_new_tokens: int = 5,
-        batch_size: int = 64,
+        batch_size: int = 256,
         alpha: float = 0.1,
         temperature: float = 0.0,
         top_k: int = 0,

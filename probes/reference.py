@@ -76,20 +76,35 @@ def _logprobs(model, ids: list[int]) -> list[float]:
     return lp.gather(-1, x[0, 1:, None]).squeeze(-1).tolist()
 
 
-def run_sample(model, prep: Prepared, s: Utf8Sample, max_new_tokens: int, alpha: float) -> dict:
+@torch.no_grad()
+def hf_generate(
+    model, prep: Prepared, samples: list[Utf8Sample], max_new_tokens: int, batch: int
+) -> list[list[int]]:
+    """Greedy continuations from ``model.generate``, ``batch`` left-padded prompts a call."""
+    gens = []
+    for lo in range(0, len(samples), batch):
+        rows = [list(s.prompt_ids) for s in samples[lo : lo + batch]]
+        width = max(map(len, rows))
+        ids = torch.tensor([[prep.pad_id] * (width - len(r)) + r for r in rows])
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=prep.eos_id,
+            pad_token_id=prep.pad_id,
+        )
+        for row in out[:, width:].tolist():
+            gens.append(row[: row.index(prep.eos_id) + 1] if prep.eos_id in row else row)
+    return gens
+
+
+def run_sample(
+    model, prep: Prepared, s: Utf8Sample, gen: list[int], max_new_tokens: int, alpha: float
+) -> dict:
     """Everything the probes report about one sample, computed the obvious way."""
     prompt = list(s.prompt_ids)
-    out = model.generate(
-        input_ids=torch.tensor([prompt]),
-        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-        do_sample=False,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=prep.eos_id,
-        pad_token_id=prep.pad_id,
-    )
-    gen = out[0, len(prompt) :].tolist()
-    if prep.eos_id in gen:
-        gen = gen[: gen.index(prep.eos_id) + 1]
     lps = _logprobs(model, prompt + gen)
     prompt_lp, gen_lp = sum(lps[: len(prompt) - 1]), sum(lps[len(prompt) - 1 :])
     gold_lp = sum(_logprobs(model, prompt + list(s.gold_ids))[len(prompt) - 1 :]) if s.gold_ids else None
@@ -153,19 +168,13 @@ def summarise(rows: list[dict], term_match: bool) -> dict[str, float]:
 
 
 def reference_metrics(
-    model,
-    prep: Prepared,
-    level: int,
-    max_new_tokens: int = 5,
-    alpha: float = 0.1,
-    progress: Callable | None = None,
+    model, prep: Prepared, level: int, max_new_tokens: int = 5, alpha: float = 0.1, generate_batch: int = 1
 ) -> dict[str, float]:
-    """The probe's metric dict, recomputed one sample at a time."""
-    rows = []
-    for s in fit_context(prep.samples, model, max_new_tokens, prep.codec):
-        rows.append(run_sample(model, prep, s, max_new_tokens, alpha))
-        if progress:
-            progress(1)
+    """The probe's metric dict, recomputed one sample at a time (``generate_batch``
+    prompts per ``model.generate`` call; 1 means no padding at all)."""
+    samples = fit_context(prep.samples, model, max_new_tokens, prep.codec)
+    gens = hf_generate(model, prep, samples, max_new_tokens, generate_batch)
+    rows = [run_sample(model, prep, s, g, max_new_tokens, alpha) for s, g in zip(samples, gens, strict=True)]
     out: dict[str, float] = {}
     root = f"probe/level{level}"
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from bytecanary import utf8
 from bytecanary.bytecodec import ByteCodec
-from probes.engine import Sampling, continuation_logprob, generate
+from probes.engine import Sampling, generate
 
 SPACE = "▁"
 
@@ -59,7 +59,7 @@ class Prepared:
 @dataclass(frozen=True)
 class DecodeConfig:
     max_new_tokens: int = 5
-    batch_size: int = 64
+    batch_size: int = 256
     alpha: float = 0.1
     sampling: Sampling = field(default_factory=Sampling)
     prefix: str = "eos"  # "eos", "bos" or "none": the token before the prompt
@@ -101,6 +101,11 @@ def byte_prefix_sample(
 
 
 def prepared_for(tokenizer: Any, samples: list[Utf8Sample], codec: ByteCodec) -> Prepared:
+    """Samples sorted by full sequence (prompt + gold): batches carry little padding, and
+    the prefixes of one character sit together and share one prefill."""
+    samples = sorted(
+        samples, key=lambda s: (len(s.prompt_ids) + len(s.gold_ids), s.prompt_ids + s.gold_ids, s.k)
+    )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return Prepared(samples, codec, tokenizer.eos_token_id, int(pad if pad is not None else 0))
 
@@ -141,8 +146,9 @@ def compute(
     idx = my_batches(len(prep.samples), cfg.batch_size, rank, world)
     samples = fit_context([prep.samples[i] for i in idx], model, cfg.max_new_tokens, prep.codec)
     prompts = [list(s.prompt_ids) for s in samples]
+    golds = [list(s.gold_ids) for s in samples]
     gen = generate(
-        model, prompts, cfg.max_new_tokens, prep.eos_id, prep.pad_id, cfg.batch_size, cfg.sampling, progress
+        model, prompts, cfg.max_new_tokens, prep.eos_id, prep.pad_id, cfg.batch_size, cfg.sampling, golds
     )
     codec = prep.codec
     steps = np.arange(gen.tokens.shape[1])
@@ -152,27 +158,14 @@ def compute(
         chunk, lengths = codec.chunk(gen.tokens[:, t])
         chunks.append((chunk, np.where(live_NT[:, t], lengths, 0)))
     scores = utf8.step_scores([s.prompt_bytes for s in samples], chunks=chunks, alpha=cfg.alpha)
-    has_gold = np.array([bool(s.gold_ids) for s in samples])
-    gold_ll = np.full(len(samples), np.nan)
-    if has_gold.any():
-        chosen = np.flatnonzero(has_gold)
-        gold_ll[chosen] = continuation_logprob(
-            model,
-            [prompts[i] for i in chosen],
-            [list(samples[i].gold_ids) for i in chosen],
-            prep.pad_id,
-            cfg.batch_size,
-        )
+    gold_ll = gen.gold_logprob
     gen_ll = gen.logprobs.sum(axis=1)
     carries = live_NT & (codec.lengths[gen.tokens] > 0)  # generated tokens that add bytes
     pure = carries.any(axis=1) & ~(carries & ~codec.is_byte_token[gen.tokens]).any(axis=1)
     gen_bytes = [codec.decode(row[:n]) for row, n in zip(gen.tokens, gen.lengths, strict=True)]
-    term = np.array(
-        [
-            bool(s.remainder) and utf8.term_match(s.prompt_bytes, b, s.remainder)
-            for s, b in zip(samples, gen_bytes, strict=True)
-        ]
-    )
+    remainders = [s.remainder for s in samples]
+    term = utf8.term_match_batch([s.prompt_bytes for s in samples], gen_bytes, remainders)
+    term &= np.array([bool(r) for r in remainders], dtype=bool)
     return {
         "index": idx,
         "partial": scores.partial,

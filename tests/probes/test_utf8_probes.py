@@ -7,7 +7,7 @@ import torch
 from bytecanary import utf8
 from bytecanary.errors import BytecanaryError
 from probes import PROBES, get_probe
-from probes.engine import continuation_logprob, generate
+from probes.engine import generate
 from probes.reference import py_score, reference_metrics
 from probes.utf8_probe import my_batches
 
@@ -36,15 +36,21 @@ def test_engine_tokens_equal_generate_on_each_prompt_alone(random_model, byte_fa
         assert out.prompt_logprob[i] == pytest.approx(lp[: len(p) - 1].sum().item(), abs=1e-4)
 
 
-def test_continuation_logprob_matches_unpadded_passes(random_model, byte_fallback_tokenizer):
-    pad = byte_fallback_tokenizer.pad_token_id
-    prompts, conts = [[5, 9, 300], [7], [40, 41, 42, 43, 44]], [[10, 11], [12], []]
-    got = continuation_logprob(random_model, prompts, conts, pad, batch_size=2)
-    for g, p, c in zip(got, prompts, conts, strict=True):
+def test_gold_scored_in_the_prefill_matches_unpadded_passes(random_model, byte_fallback_tokenizer):
+    tok = byte_fallback_tokenizer
+    prompts, golds = [[5, 9, 300], [7], [40, 41, 42, 43, 44]], [[10, 11], [12], []]
+    with_gold = generate(random_model, prompts, 4, tok.eos_token_id, tok.pad_token_id, 2, golds=golds)
+    without = generate(random_model, prompts, 4, tok.eos_token_id, tok.pad_token_id, 2)
+    np.testing.assert_array_equal(with_gold.tokens, without.tokens)  # gold never leaks into decoding
+    np.testing.assert_allclose(with_gold.logprobs, without.logprobs, atol=1e-4)
+    for g, p, c in zip(with_gold.gold_logprob, prompts, golds, strict=True):
+        if not c:
+            assert np.isnan(g)
+            continue
         x = torch.tensor([p + c])
         with torch.no_grad():
             lp = random_model(x).logits[0, :-1].log_softmax(-1).gather(-1, x[0, 1:, None]).squeeze(-1)
-        assert g == pytest.approx(lp[len(p) - 1 :].sum().item() if c else 0.0, abs=1e-4)
+        assert g == pytest.approx(lp[len(p) - 1 :].sum().item(), abs=1e-4)
 
 
 @pytest.mark.parametrize("level", [0, 1])

@@ -1,0 +1,142 @@
+"""``bytecanary probe`` on existing checkpoints: every PATH kind, idempotent reruns, W&B."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from bytecanary.cli import main
+from probes.records import read_records
+from probes.runner import resolve, watch
+from train.checkpointing import export
+
+from ..conftest import MICRO, run_train
+from .conftest import LEVEL0
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, small_data):
+    root = tmp_path_factory.mktemp("probe_runs")
+    cfg = {
+        **MICRO,
+        "data": {**MICRO["data"], "data_dir": str(small_data)},
+        "run": {**MICRO["run"], "root": str(root)},
+    }
+    path = root / "micro.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    run_train(path, "--run.name", "m", "--trainer.max_steps", "8")
+    return root / "m"
+
+
+def _probe(*args):
+    return main(["probe", *args, "--trial", "--no-wandb"])
+
+
+def test_folder_of_checkpoints_in_step_order_then_rerun_is_a_no_op(trained_run, tmp_path, capsys):
+    out = tmp_path / "p.jsonl"
+    assert _probe(str(trained_run / "checkpoints"), "--out", str(out)) == 0
+    rows = read_records(out)
+    assert [(r["step"], r["probe"]) for r in rows] == [
+        (4, "level0"),
+        (4, "level1"),
+        (8, "level0"),
+        (8, "level1"),
+    ]
+    assert all(r["status"] == "ok" and r["tokens_seen"] == r["step"] * 8 * 32 for r in rows)
+    printed = capsys.readouterr().out
+    assert "L0 partial" in printed and "step0000008.ckpt" in printed
+    before = out.read_bytes()
+    assert _probe(str(trained_run), "--out", str(out)) == 0  # the run folder works too
+    assert "nothing to do" in capsys.readouterr().out and out.read_bytes() == before
+
+
+def test_exported_model_and_revision_series(trained_run, tmp_path):
+    hf = export(trained_run / "checkpoints" / "step0000008.ckpt", tmp_path / "hf")
+    out = tmp_path / "p.jsonl"
+    assert _probe(str(hf), "--probes", "level0", "--out", str(out)) == 0
+    (row,) = read_records(out)
+    assert row["step"] == 8 and row["tokens_seen"] == 8 * 8 * 32 and row["checkpoint"] == str(hf.resolve())
+    # a Pythia-style series: the model id is loaded at each revision (a local folder here)
+    series = tmp_path / "series.jsonl"
+    assert _probe(str(hf), "--revision", "step1000,step2000", "--probes", "level0", "--out", str(series)) == 0
+    rows = read_records(series)
+    assert [r["checkpoint"] for r in rows] == [f"{hf}@step1000", f"{hf}@step2000"]
+    assert [r["step"] for r in rows] == [8, 8]  # bytecanary.json beats the revision name
+
+
+def test_gpt2_byte_level_model_from_any_folder(gpt2_tokenizer, eval_dir, tmp_path):
+    tok = gpt2_tokenizer
+    cfg = GPT2Config(
+        vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=1, n_head=2, eos_token_id=tok.eos_token_id
+    )
+    torch.manual_seed(0)
+    model_dir = tmp_path / "gpt2"
+    GPT2LMHeadModel(cfg).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    out = tmp_path / "p.jsonl"
+    level0 = eval_dir / "evalsets" / "level0_zh.json"
+    level1 = eval_dir / "evalsets" / "level1.json"
+    args = [str(model_dir), "--level0-set", str(level0), "--level1-set", str(level1), "--out", str(out)]
+    assert main(["probe", *args, "--no-wandb"]) == 0
+    rows = read_records(out)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    n = sum(len(c.encode()) for c, _ in LEVEL0["zh"])
+    assert rows[0]["metrics"]["probe/level0/all/all/n"] == n
+    assert rows[0]["step"] is None
+
+
+def test_a_path_that_is_not_a_checkpoint_is_one_clear_error(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("hello")
+    assert _probe(str(tmp_path / "notes.txt")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "not a checkpoint" in err and len(err.splitlines()) == 1
+
+
+def test_watch_yields_each_new_checkpoint_once(trained_run, tmp_path):
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    looks = watch(folder, interval=0)
+    assert next(looks) == []
+    shutil.copy(trained_run / "checkpoints" / "step0000004.ckpt", folder)
+    shutil.copy(trained_run / "checkpoints" / "last.ckpt", folder)
+    assert [t.step_hint for t in next(looks)] == [4]
+    shutil.copy(trained_run / "checkpoints" / "step0000008.ckpt", folder)
+    assert [t.step_hint for t in next(looks)] == [8]
+    assert next(looks) == []
+    assert [t.step_hint for t in resolve([str(folder)])] == [4, 8]
+
+
+def test_cli_writes_a_wandb_offline_run(trained_run, tmp_path):
+    out = tmp_path / "p.jsonl"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bytecanary.cli",
+            "probe",
+            str(trained_run / "checkpoints" / "step0000004.ckpt"),
+            "--trial",
+            "--probes",
+            "level0",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "wandb sync" in proc.stdout
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    from ..train.test_training import _wandb_history
+
+    history = _wandb_history(runs[0])
+    assert any(h.get("tokens_seen") == 4 * 8 * 32 and "probe/level0/all/all/partial" in h for h in history)
+    assert json.loads(out.read_text().splitlines()[0])["status"] == "ok"
