@@ -17,7 +17,7 @@ from bytecanary.errors import BytecanaryError
 def _demo(args: argparse.Namespace) -> int:
     from bytecanary.demo import run_demo
 
-    return run_demo(minutes=args.minutes, out=args.out, config=args.config, data=args.data)
+    return run_demo(args.minutes, args.out, args.config, args.data_config, args.data, args.steps)
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -87,8 +87,10 @@ def _build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the embedded default end to end")
     demo.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
     demo.add_argument("--minutes", type=float, default=10.0, help="time budget in minutes")
-    demo.add_argument("--config", default="configs/data/default.yaml", help="data config to prepare")
+    demo.add_argument("--config", default="configs/tiny.yaml", help="training config (default: tiny)")
+    demo.add_argument("--data-config", default="configs/data/default.yaml", help="data config to prepare")
     demo.add_argument("--data", default=None, help="data folder (default: data/<config name>)")
+    demo.add_argument("--steps", type=int, default=None, help="training steps (default: what fits --minutes)")
     demo.set_defaults(run=_demo)
     return parser
 

@@ -1,52 +1,57 @@
-"""``bytecanary demo``: the embedded default, end to end.
+"""``bytecanary demo``: the embedded default, end to end, on 2 CPU cores.
 
-Until training and the probes land, the demo runs what exists: it prepares the
-embedded default data (corpus, tokenizer, shards, eval sets), then scores the paper's
-worked examples (seeds/003 section 3.2) with the exact DFA and shows a generation's
-step scores, so a newcomer sees the data path and the measurement core work.
+Prepares the default data (wordfreq corpus, 8K byte-fallback tokenizer, shards, eval
+sets), trains the tiny GPT-2 with checkpoints on a log-spaced + regular schedule, fires
+the Level 0 and Level 1 probes at every checkpoint, logs to an offline W&B run, then
+prints perplexity and probe tables. A rerun continues the same run (or only prints, when
+it is complete). The convergence report and the MCQA probes join it with their issues.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from bytecanary import utf8
-
-EXAMPLES = [
-    ("1st byte of 語 (E8 AA 9E)", "語".encode()[:1]),
-    ("2 bytes of 語", "語".encode()[:2]),
-    ("語, complete", "語".encode()),
-    ("U+2B740 (F0 AB 9D 80)", b"\xf0\xab\x9d\x80"),
-    ("F0 AB then a new lead F0", b"\xf0\xab\xf0"),
-    ("invalid 80, then 'A'", b"\x80A"),
-    ("surrogate ED A0 80", b"\xed\xa0\x80"),
-]
+from bytecanary.data.prepare import prepare
 
 
-def run_demo(minutes: float, out: str, config: str, data: str | None = None) -> int:
-    """Prepare ``config``'s data, print UTF-8 scores of the paper's examples and write
-    them to ``out/utf8_examples.tsv``."""
-    from bytecanary.data.prepare import prepare
+def run_demo(
+    minutes: float,
+    out: str,
+    config: str = "configs/tiny.yaml",
+    data_config: str = "configs/data/default.yaml",
+    data: str | None = None,
+    steps: int | None = None,
+) -> int:
+    """Prepare, train with probes, summarise. ``steps`` defaults to what fits ``minutes``."""
+    from probes.runner import summary
+    from train.cli import latest_checkpoint
+    from train.cli import main as train_main
 
-    prepare(config, data)
-    print()
-    rows = [(name, data, utf8.score(data)) for name, data in EXAMPLES]
-    print(f"{'stream':<30}{'bytes':<14}{'strict':>8}{'soft':>8}{'partial':>9}")
-    for name, data, s in rows:
-        print(f"{name:<30}{data.hex(' '):<14}{s.strict:>8.2f}{s.soft:>8.2f}{s.partial:>9.3f}")
-    steps = utf8.step_scores([b"\xf0"], [[b"\xab", b"\x9d", b"\x80", b""]])
-    print("\nstep scores of prompt F0 + generated AB | 9D | 80 | <eos>:")
-    for name in ("partial", "cumulative", "ema"):
-        values = "  ".join(f"{v:.3f}" for v in getattr(steps, name)[0])
-        print(f"  {name:<11}{values}")
+    data_dir = prepare(data_config, data)
     run_dir = Path(out)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    table = run_dir / "utf8_examples.tsv"
-    tmp = table.with_suffix(".tmp")
-    tmp.write_text(
-        "stream\tbytes\tstrict\tsoft\tpartial\n"
-        + "".join(f"{n}\t{d.hex()}\t{s.strict}\t{s.soft}\t{s.partial}\n" for n, d, s in rows)
-    )
-    tmp.replace(table)
-    print(f"\nwrote {table} (budget {minutes:g} min; training and probes come with later issues)")
+    max_steps = steps or max(20, int(minutes * 15))  # about 1.3 s a step on 2 cores, plus probes
+    args = [
+        "--config", config,
+        "--data.data_dir", str(data_dir),
+        "--run.root", str(run_dir.parent),
+        "--run.name", run_dir.name,
+        "--trainer.max_steps", str(max_steps),
+        "--trainer.val_check_interval", str(max(5, max_steps // 6)),
+        "--run.checkpoint_every", str(max(5, max_steps // 3)),
+    ]  # fmt: skip
+    if latest_checkpoint(run_dir / "checkpoints") is not None:
+        args += ["--run.resume", "true"]
+    train_main(args)
+    print()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    val = [r for r in rows if "val/ppl" in r]
+    if val:
+        first, last = val[0], val[-1]
+        langs = "  ".join(f"{k.split('/')[1]} {v:.0f}" for k, v in last.items() if k.count("/") == 2)
+        print(f"validation perplexity: {first['val/ppl']:.0f} at {first['tokens_seen']:,} tokens -> "
+              f"{last['val/ppl']:.0f} at {last['tokens_seen']:,} tokens ({langs})")  # fmt: skip
+    print()
+    print(summary(run_dir / "probes.jsonl"))
+    print(f"\nrun folder: {run_dir} (config.yaml, checkpoints/, metrics.jsonl, probes.jsonl, wandb/)")
     return 0

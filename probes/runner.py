@@ -181,33 +181,48 @@ def watch(folder: Path, interval: float) -> Iterator[list[Target]]:
         time.sleep(interval)
 
 
-SUMMARY_KEYS = [
-    ("L0 partial", "probe/level0/all/all/partial"),
-    ("L0 strict", "probe/level0/all/all/strict"),
-    ("L0 win", "probe/level0/all/all/gold_win_rate"),
-    ("L1 term", "probe/level1/all/term_match"),
-    ("L1 partial", "probe/level1/all/partial"),
-]
+TABLES = {
+    "level0": (
+        "Level 0 (context-free validity)",
+        [
+            ("partial", "all/all/partial"),
+            ("strict", "all/all/strict"),
+            ("gold win", "all/all/gold_win_rate"),
+            ("ppl", "all/all/ppl"),
+        ],
+        "{lang}/all/partial",
+    ),
+    "level1": (
+        "Level 1 (context-guided retrieval)",
+        [("term match", "all/term_match"), ("partial", "all/partial"), ("gold win", "all/gold_win_rate")],
+        "{lang}/term_match",
+    ),
+}
 
 
 def summary(out: Path) -> str:
-    """One row per checkpoint: step, tokens and the headline metrics, by language too."""
-    rows: dict[str, dict[str, Any]] = {}
+    """Per probe, one row per checkpoint: step, tokens, headline metrics, then by language."""
+    by_probe: dict[str, dict[str, dict[str, Any]]] = {}
     for r in read_records(out):
-        if r["status"] == "ok":
-            row = rows.setdefault(r["checkpoint"], {"step": r["step"], "tokens_seen": r["tokens_seen"]})
-            row.update(r["metrics"])
-    langs = sorted(
-        {k.split("/")[2] for row in rows.values() for k in row if k.startswith("probe/level0/")} - {"all"}
-    )
-    cols = SUMMARY_KEYS + [(f"L0 {lg}", f"probe/level0/{lg}/all/partial") for lg in langs]
-    lines = [f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(f"{name:>11}" for name, _ in cols)]
-    for key, row in sorted(rows.items(), key=lambda kv: (kv[1]["step"] is None, kv[1]["step"] or 0)):
-        cells = "".join(f"{row[k]:>11.3f}" if k in row else f"{'-':>11}" for _, k in cols)
-        tokens = f"{row['tokens_seen']:,}" if row["tokens_seen"] is not None else "-"
-        step = row["step"] if row["step"] is not None else "-"
-        lines.append(f"{Path(key.split('@')[0]).name[-28:]:<28}{step:>8}{tokens:>12}{cells}")
-    return "\n".join(lines)
+        if r["status"] == "ok" and r["probe"] in TABLES:
+            by_probe.setdefault(r["probe"], {})[r["checkpoint"]] = r
+    blocks = []
+    for probe, records in by_probe.items():
+        title, headline, per_lang = TABLES[probe]
+        keys = {k for r in records.values() for k in r["metrics"]}
+        langs = sorted({k.split("/")[2] for k in keys} - {"all"})
+        cols = [(name, f"probe/{probe}/{key}") for name, key in headline]
+        cols += [(lang, f"probe/{probe}/{per_lang.format(lang=lang)}") for lang in langs]
+        lines = [title, f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(f"{n:>11}" for n, _ in cols)]
+        for key, r in sorted(records.items(), key=lambda kv: (kv[1]["step"] is None, kv[1]["step"] or 0)):
+            cells = "".join(
+                f"{r['metrics'][k]:>11.3f}" if k in r["metrics"] else f"{'-':>11}" for _, k in cols
+            )
+            tokens = f"{r['tokens_seen']:,}" if r["tokens_seen"] is not None else "-"
+            step = r["step"] if r["step"] is not None else "-"
+            lines.append(f"{Path(key.split('@')[0]).name[-28:]:<28}{step:>8}{tokens:>12}{cells}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def run(

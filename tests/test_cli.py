@@ -1,13 +1,12 @@
 """The command line: help, and the demo's smoke path."""
 
-import csv
-
 import pytest
+import yaml
 
-from bytecanary import utf8
 from bytecanary.cli import main
+from probes.records import read_records
 
-from .conftest import write_config
+from .conftest import MICRO, write_config
 
 
 def test_help_lists_commands(capsys):
@@ -17,18 +16,20 @@ def test_help_lists_commands(capsys):
     assert "demo" in capsys.readouterr().out
 
 
-def test_demo_writes_the_scores_it_prints(tmp_path, capsys):
+def test_demo_prepares_trains_with_probes_and_summarises(tmp_path, capsys):
     config = write_config(tmp_path / "small.yaml")
-    args = ["demo", "--out", str(tmp_path / "run"), "--config", str(config)]
-    assert main([*args, "--data", str(tmp_path / "data")]) == 0
-    assert (tmp_path / "data" / "evalsets" / "level1.json").exists()
-    text = (tmp_path / "run" / "utf8_examples.tsv").read_text().splitlines()
-    rows = list(csv.DictReader(text, delimiter="\t"))
-    assert len(rows) >= 5
-    for row in rows:
-        want = utf8.score(bytes.fromhex(row["bytes"]))
-        assert float(row["partial"]) == want.partial and float(row["strict"]) == want.strict
-    assert "U+2B740" in capsys.readouterr().out
+    micro = tmp_path / "micro.yaml"
+    probes = [{"name": "level0", "per_language": 4}, {"name": "level1", "per_language": 4}]
+    micro.write_text(yaml.safe_dump({**MICRO, "probes": probes}))
+    args = ["demo", "--out", str(tmp_path / "runs" / "demo"), "--config", str(micro), "--steps", "6"]
+    args += ["--data-config", str(config), "--data", str(tmp_path / "data")]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "validation perplexity:" in printed and "Level 1 (context-guided retrieval)" in printed
+    records = read_records(tmp_path / "runs" / "demo" / "probes.jsonl")
+    assert {r["probe"] for r in records} == {"level0", "level1"} and all(r["status"] == "ok" for r in records)
+    assert main(args) == 0  # a rerun continues the finished run: nothing more to train or probe
+    assert len(read_records(tmp_path / "runs" / "demo" / "probes.jsonl")) == len(records)
 
 
 def test_bad_config_is_one_line_on_stderr(tmp_path, capsys):

@@ -49,7 +49,7 @@ def test_folder_of_checkpoints_in_step_order_then_rerun_is_a_no_op(trained_run, 
     ]
     assert all(r["status"] == "ok" and r["tokens_seen"] == r["step"] * 8 * 32 for r in rows)
     printed = capsys.readouterr().out
-    assert "L0 partial" in printed and "step0000008.ckpt" in printed
+    assert "Level 0 (context-free validity)" in printed and "step0000008.ckpt" in printed
     before = out.read_bytes()
     assert _probe(str(trained_run), "--out", str(out)) == 0  # the run folder works too
     assert "nothing to do" in capsys.readouterr().out and out.read_bytes() == before
