@@ -12,6 +12,7 @@ seed, spread evenly over tiers); full mode takes the whole eval set.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,26 +127,25 @@ class Level0Probe(Probe):
     def compute(self, model, tokenizer, prepared, rank: int = 0, world: int = 1):
         return utf8_probe.compute(model, prepared, self.cfg, rank, world)
 
-    def aggregate(self, prepared, payloads) -> dict[str, float]:
-        r = utf8_probe.merge(payloads)
-        samples = prepared.samples
-        if self.records:
-            utf8_probe.write_records(self.records, self.name, samples, r)
+    def groups(self, samples: list[utf8_probe.Utf8Sample]) -> Iterator[tuple[str, np.ndarray]]:
+        """(key, mask) of every reported group: all, language, language x tier, x k."""
         lang = np.array([s.language for s in samples])
         tier = np.array([s.tier or "none" for s in samples])
         k = np.array([s.k_label for s in samples])
-        out: dict[str, float] = {}
-
-        def add(key: str, mask: np.ndarray) -> None:
-            out.update(
-                {f"probe/level0/{key}/{m}": v for m, v in utf8_probe.group_metrics(r, mask, False).items()}
-            )
-
-        add("all/all", np.ones(len(samples), dtype=bool))
+        yield "all/all", np.ones(len(samples), dtype=bool)
         for lg in sorted(set(lang)):
-            add(f"{lg}/all", lang == lg)
+            yield f"{lg}/all", lang == lg
             for t in sorted(set(tier[lang == lg])):
-                add(f"{lg}/{t}", (lang == lg) & (tier == t))
+                yield f"{lg}/{t}", (lang == lg) & (tier == t)
                 for kl in sorted(set(k[(lang == lg) & (tier == t)])):
-                    add(f"{lg}/{t}/{kl}", (lang == lg) & (tier == t) & (k == kl))
+                    yield f"{lg}/{t}/{kl}", (lang == lg) & (tier == t) & (k == kl)
+
+    def aggregate(self, prepared, payloads) -> dict[str, float]:
+        r = utf8_probe.merge(payloads)
+        if self.records:
+            utf8_probe.write_records(self.records, self.name, prepared.samples, r)
+        out: dict[str, float] = {}
+        for key, mask in self.groups(prepared.samples):
+            metrics = utf8_probe.group_metrics(r, mask, term_match=self.name == "level1")
+            out.update({f"probe/{self.name}/{key}/{m}": v for m, v in metrics.items()})
         return out

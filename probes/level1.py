@@ -10,6 +10,7 @@ and ``probe/level1/all/<metric>``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,23 +54,12 @@ class Level1Probe(Level0Probe):
                     )
         return utf8_probe.prepared_for(tokenizer, samples, codec)
 
-    def aggregate(self, prepared, payloads) -> dict[str, float]:
-        r = utf8_probe.merge(payloads)
-        samples = prepared.samples
-        if self.records:
-            utf8_probe.write_records(self.records, self.name, samples, r)
+    def groups(self, samples: list[utf8_probe.Utf8Sample]) -> Iterator[tuple[str, np.ndarray]]:
+        """(key, mask) of every reported group: all, language, language x k."""
         lang = np.array([s.language for s in samples])
         k = np.array([s.k_label for s in samples])
-        out: dict[str, float] = {}
-
-        def add(key: str, mask: np.ndarray) -> None:
-            out.update(
-                {f"probe/level1/{key}/{m}": v for m, v in utf8_probe.group_metrics(r, mask, True).items()}
-            )
-
-        add("all", np.ones(len(samples), dtype=bool))
+        yield "all", np.ones(len(samples), dtype=bool)
         for lg in sorted(set(lang)):
-            add(lg, lang == lg)
+            yield lg, lang == lg
             for kl in sorted(set(k[lang == lg])):
-                add(f"{lg}/{kl}", (lang == lg) & (k == kl))
-        return out
+                yield f"{lg}/{kl}", (lang == lg) & (k == kl)

@@ -148,6 +148,9 @@ def micro(tmp_path, small_data) -> Path:
     return path
 
 
+DDP_2_CPU = ("--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp")
+
+
 def train_cmd(config: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "bytecanary.cli", "train", "--config", str(config), *args]
 

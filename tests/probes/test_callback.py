@@ -15,7 +15,7 @@ from train.loggers import read_metrics
 from train.model import ArchConfig
 from train.module import ByteLM
 
-from ..conftest import run_train
+from ..conftest import DDP_2_CPU, run_train
 
 
 class Exploding(Probe):
@@ -28,7 +28,7 @@ class Exploding(Probe):
         raise ValueError("boom")
 
 
-def _fit(tmp_path, small_data, probes, strict=False):
+def _fit(tmp_path, small_data, probes, strict=False, every_tokens=None):
     dm = ShardDataModule(str(small_data), batch_size=4, seq_len=32, val_tokens=256)
     module = ByteLM(ArchConfig(n_layer=1, n_head=2, n_embd=32, n_positions=32), vocab_size=dm.vocab_size)
     ckpt = ScheduledCheckpoint(tmp_path / "checkpoints", every_n_steps=2, log_spaced_until=None)
@@ -40,7 +40,7 @@ def _fit(tmp_path, small_data, probes, strict=False):
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[ckpt, ProbeCallback(probes, strict=strict)],
+        callbacks=[ckpt, ProbeCallback(probes, every_tokens=every_tokens, strict=strict)],
     )
     trainer.fit(module, datamodule=dm)
     return trainer, module
@@ -75,21 +75,17 @@ PROBES = [
 def test_ddp_probes_equal_a_single_process_run(micro, tmp_path):
     probes_yaml = tmp_path / "probes.yaml"
     probes_yaml.write_text(yaml.safe_dump({"probes": PROBES}))
-    run_train(
-        micro,
+    args = [
         "--config",
         str(probes_yaml),
         "--run.name",
-        "ddp",
-        "--trainer.devices",
-        "2",
-        "--trainer.strategy",
         "ddp",
         "--trainer.max_steps",
         "4",
         "--run.wandb",
         "true",
-    )
+    ]
+    run_train(micro, *args, *DDP_2_CPU)
     run = tmp_path / "runs" / "ddp"
     rows = read_records(run / "probes.jsonl")
     assert [(r["step"], r["probe"], r["status"]) for r in rows] == [
@@ -117,3 +113,10 @@ def test_ddp_probes_equal_a_single_process_run(micro, tmp_path):
     history = _wandb_history(next((run / "wandb").glob("offline-run-*")))
     assert any("probe/level1/all/term_match" in h and "tokens_seen" in h for h in history)
     assert any("val/ppl" in h for h in history)
+
+
+def test_token_schedule_fires_between_checkpoints(tmp_path, small_data):
+    _fit(tmp_path, small_data, [{"name": "level0", "per_language": 1}], every_tokens=128)
+    rows = read_records(tmp_path / "probes.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]  # 128 tokens a step; checkpoints at 2 and 4
+    assert [r["checkpoint"] is None for r in rows] == [True, False, True, False]

@@ -1,5 +1,7 @@
 """Level 0/1 engine vs HF generate and a one-sample-at-a-time reference."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -7,7 +9,7 @@ import torch
 from bytecanary import utf8
 from bytecanary.errors import BytecanaryError
 from probes import PROBES, get_probe
-from probes.engine import generate
+from probes.engine import Sampling, generate
 from probes.reference import py_score, reference_metrics
 from probes.utf8_probe import my_batches
 
@@ -112,3 +114,35 @@ def test_registry():
         get_probe("levl0")
     with pytest.raises(BytecanaryError, match="unexpected keyword"):
         get_probe("level0", bogus=1)
+
+
+def test_sampling_is_seeded_and_top_k_1_is_greedy(random_model, byte_fallback_tokenizer):
+    tok = byte_fallback_tokenizer
+    prompts = [[5, 9, 300], [7], [40, 41, 42]] * 4
+    greedy = generate(random_model, prompts, 5, tok.eos_token_id, tok.pad_token_id)
+    hot = Sampling(temperature=5.0, seed=3)
+    a = generate(random_model, prompts, 5, tok.eos_token_id, tok.pad_token_id, sampling=hot)
+    b = generate(random_model, prompts, 5, tok.eos_token_id, tok.pad_token_id, sampling=hot)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    assert not np.array_equal(a.tokens, greedy.tokens)
+    top1 = generate(
+        random_model, prompts, 5, tok.eos_token_id, tok.pad_token_id, sampling=Sampling(1.0, top_k=1)
+    )
+    np.testing.assert_array_equal(top1.tokens, greedy.tokens)
+    tiny_p = Sampling(1.0, top_p=1e-6, seed=1)
+    np.testing.assert_array_equal(
+        generate(random_model, prompts, 5, tok.eos_token_id, tok.pad_token_id, sampling=tiny_p).tokens,
+        greedy.tokens,
+    )
+
+
+def test_per_sample_records_stream_to_jsonl(random_model, byte_fallback_tokenizer, eval_dir, tmp_path):
+    out = tmp_path / "samples.jsonl"
+    probe = get_probe("level0", trial=False, records=str(out))
+    prep = probe.prepare(byte_fallback_tokenizer, eval_dir)
+    metrics = probe.aggregate(prep, [probe.compute(random_model, byte_fallback_tokenizer, prep)])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == metrics["probe/level0/all/all/n"]
+    row = next(r for r in rows if r["char"] == "𫝀" and r["k"] == 2)
+    assert row["prompt_bytes"] == " \xf0\xab".encode("latin-1").hex() and row["remainder"] == "9d80"
+    assert len(row["partial"]) == 5 and row["delta_ll"] is not None

@@ -11,7 +11,7 @@ from bytecanary.checkpoints import load_checkpoint
 from train.datamodule import ShardBatches
 from train.loggers import read_metrics
 
-from ..conftest import run_train, train_cmd
+from ..conftest import DDP_2_CPU, run_train, train_cmd
 
 STEPS = 60
 
@@ -73,17 +73,7 @@ def test_ranks_read_disjoint_samples_that_tile_a_single_process_run():
 
 
 def test_two_process_cpu_ddp_counts_tokens_of_both_ranks(micro, tmp_path):
-    run_train(
-        micro,
-        "--run.name",
-        "ddp",
-        "--trainer.devices",
-        "2",
-        "--trainer.strategy",
-        "ddp",
-        "--trainer.max_steps",
-        "6",
-    )
+    run_train(micro, "--run.name", "ddp", "--trainer.max_steps", "6", *DDP_2_CPU)
     rows = read_metrics(tmp_path / "runs" / "ddp" / "metrics.jsonl")
     last = [r for r in rows if "train/loss" in r][-1]
     assert last["step"] == 6
