@@ -15,7 +15,7 @@ from bytecanary.errors import BytecanaryError
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from bytecanary.demo import run_demo
+    from train.demo import run_demo
 
     return run_demo(args.minutes, args.out, args.config, args.data_config, args.data, args.steps)
 

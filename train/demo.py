@@ -13,6 +13,9 @@ import json
 from pathlib import Path
 
 from bytecanary.data.prepare import prepare
+from probes.runner import summary
+from train.cli import latest_checkpoint
+from train.cli import main as train_main
 
 
 def run_demo(
@@ -24,10 +27,6 @@ def run_demo(
     steps: int | None = None,
 ) -> int:
     """Prepare, train with probes, summarise. ``steps`` defaults to what fits ``minutes``."""
-    from probes.runner import summary
-    from train.cli import latest_checkpoint
-    from train.cli import main as train_main
-
     data_dir = prepare(data_config, data)
     run_dir = Path(out)
     max_steps = steps or max(20, int(minutes * 15))  # about 1.3 s a step on 2 cores, plus probes
