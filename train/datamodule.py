@@ -46,7 +46,17 @@ def sample_windows(
 class ShardBatches:
     """Endless training batches of one rank, starting at batch ``start``."""
 
-    def __init__(self, shards, weights, seq_len, batch_size, seed, rank=0, world=1, start=0):
+    def __init__(
+        self,
+        shards: list[np.ndarray],
+        weights: list[float] | np.ndarray,
+        seq_len: int,
+        batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world: int = 1,
+        start: int = 0,
+    ) -> None:
         self.shards, self.seq_len, self.batch_size = shards, seq_len, batch_size
         self.seed, self.rank, self.world, self.start = seed, rank, world, start
         self.cum_weights = np.cumsum(weights) / np.sum(weights)

@@ -9,13 +9,13 @@ it is complete). The convergence report and the MCQA probes join it with their i
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from bytecanary.data.prepare import prepare
 from probes.runner import summary
 from train.cli import latest_checkpoint
 from train.cli import main as train_main
+from train.loggers import read_metrics
 
 
 def run_demo(
@@ -43,8 +43,7 @@ def run_demo(
         args += ["--run.resume", "true"]
     train_main(args)
     print()
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
-    val = [r for r in rows if "val/ppl" in r]
+    val = [r for r in read_metrics(run_dir / "metrics.jsonl") if "val/ppl" in r]
     if val:
         first, last = val[0], val[-1]
         langs = "  ".join(f"{k.split('/')[1]} {v:.0f}" for k, v in last.items() if k.count("/") == 2)
