@@ -152,5 +152,6 @@ def main(args: list[str] | None = None) -> int:
             sync = finish_wandb()
             if sync:
                 rank_zero_info(f"W&B offline run saved; upload it with: {sync}")
-    rank_zero_info(f"run folder: {run.dir} (config.yaml, checkpoints/, metrics.jsonl)")
+    files = "config.yaml, checkpoints/, metrics.jsonl" + (", probes.jsonl" if cli.config["probes"] else "")
+    rank_zero_info(f"run folder: {run.dir} ({files}{', wandb/' if run.wandb else ''})")
     return 0

@@ -51,5 +51,4 @@ def run_demo(
               f"{last['val/ppl']:.0f} at {last['tokens_seen']:,} tokens ({langs})")  # fmt: skip
     print()
     print(summary(run_dir / "probes.jsonl"))
-    print(f"\nrun folder: {run_dir} (config.yaml, checkpoints/, metrics.jsonl, probes.jsonl, wandb/)")
     return 0
