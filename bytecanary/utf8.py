@@ -223,9 +223,11 @@ def step_scores(
         scorer.feed(chunk, lengths)
         per_step.append(scorer.scores())
     n, t = len(prompts), len(per_step)
-    partial = np.stack([s.partial for s in per_step], axis=1) if t else np.zeros((n, 0))
-    strict = np.stack([s.strict for s in per_step], axis=1) if t else np.zeros((n, 0))
-    soft = np.stack([s.soft for s in per_step], axis=1) if t else np.zeros((n, 0))
+
+    def stacked(field: str) -> np.ndarray:  # (N, T)
+        return np.stack([getattr(s, field) for s in per_step], axis=1) if t else np.zeros((n, 0))
+
+    partial, strict, soft = stacked("partial"), stacked("strict"), stacked("soft")
     cumulative = np.cumsum(partial, axis=1) / np.arange(1, t + 1)
     ema = np.empty_like(partial)
     for i in range(t):
