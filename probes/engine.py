@@ -44,7 +44,7 @@ class Generation:
     gold_logprob: np.ndarray  # (N,) teacher-forced log p(gold | prompt); nan without gold
 
 
-def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(map(len, rows))
     ids_BT = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask_BT = torch.zeros((len(rows), width), dtype=torch.long)
@@ -54,16 +54,16 @@ def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch
     return ids_BT.to(device), mask_BT.to(device)
 
 
-def _positions(mask_BT: torch.Tensor) -> torch.Tensor:
+def positions(mask_BT: torch.Tensor) -> torch.Tensor:
     return (mask_BT.cumsum(-1) - 1).clamp(min=0)
 
 
-def _cache_kwarg(model: torch.nn.Module) -> str:
+def cache_kwarg(model: torch.nn.Module) -> str:
     """transformers 5.x calls the KV cache ``cache``; earlier versions ``past_key_values``."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def _cache_of(out) -> object:
+def cache_of(out) -> object:
     return out.cache if "cache" in out else out.past_key_values
 
 
@@ -117,10 +117,8 @@ def generate(
             [fulls.setdefault((*p, *g), len(fulls)) for p, g in zip(prompts[rows], golds[rows], strict=True)],
             device=device,
         )
-        ids_UT, mask_UT = _left_pad(list(fulls), pad_id, device)
-        out = model(
-            input_ids=ids_UT, attention_mask=mask_UT, position_ids=_positions(mask_UT), use_cache=True
-        )
+        ids_UT, mask_UT = left_pad(list(fulls), pad_id, device)
+        out = model(input_ids=ids_UT, attention_mask=mask_UT, position_ids=positions(mask_UT), use_cache=True)
         logits_UTV = out.logits.float()
         lp_UT = logits_UTV[:, :-1].gather(-1, ids_UT[:, 1:, None]).squeeze(-1) - logits_UTV[:, :-1].logsumexp(
             -1
@@ -136,7 +134,7 @@ def generate(
             has_gold, (cum_UT[seq_B, width - 1] - cum_UT[seq_B, end_B]).cpu().numpy(), np.nan
         )
         logits_BV = logits_UTV[seq_B, end_B]
-        cache = _cache_of(out)
+        cache = cache_of(out)
         cache.batch_select_indices(seq_B)
         cols_T = torch.arange(width, device=device)
         mask_BT = ((cols_T >= start_B[:, None]) & (cols_T <= end_B[:, None])).long()
@@ -160,8 +158,8 @@ def generate(
                 attention_mask=mask_BT,
                 position_ids=pos_B1,
                 use_cache=True,
-                **{_cache_kwarg(model): cache},
+                **{cache_kwarg(model): cache},
             )
-            logits_BV, cache = out.logits[:, -1].float(), _cache_of(out)
+            logits_BV, cache = out.logits[:, -1].float(), cache_of(out)
     prompt_scored = np.array([max(len(p) - 1, 0) for p in prompts], dtype=np.int64)
     return Generation(tokens, lengths, logprobs, prompt_lp, prompt_scored, gold_lp)

@@ -1,0 +1,58 @@
+"""MCQA groundwork: the two space strategies really differ; batched scoring is exact."""
+
+import numpy as np
+import pytest
+import torch
+
+from bytecanary.bytecodec import ByteCodec
+from probes.mcqa.encoding import encode_pair, letter_merged, letter_separate
+from probes.mcqa.scoring import score_continuations
+
+PROMPT = "Question: 東京は?\nA. 都市\nB. 川\nC. 山\nD. 海\nAnswer:"
+LABELS = ["A", "B", "C", "D"]
+
+
+@pytest.mark.parametrize("family", ["byte_fallback", "gpt2"])
+def test_separate_and_merged_tokenise_differently(family, byte_fallback_tokenizer, gpt2_tokenizer):
+    tok = byte_fallback_tokenizer if family == "byte_fallback" else gpt2_tokenizer
+    codec = ByteCodec.from_tokenizer(tok)
+    sep = letter_separate(tok, codec, PROMPT, LABELS)
+    mer = letter_merged(tok, codec, PROMPT, LABELS)
+    # the space is the last prompt token in "separate" and part of the letter in "merged"
+    assert codec.decode(sep.prompt_ids).endswith(b"Answer: ") and codec.decode(mer.prompt_ids).endswith(
+        b"Answer:"
+    )
+    for label, s, m in zip(LABELS, sep.continuations, mer.continuations, strict=True):
+        assert codec.decode(s) == label.encode() and codec.decode(m) == f" {label}".encode()
+        assert s != m
+    # encode("A") and encode(" A") agree for SentencePiece-style tokenizers: the trap
+    if family == "byte_fallback":
+        assert tok.encode("A", add_special_tokens=False) == tok.encode(" A", add_special_tokens=False)
+
+
+def test_encode_pair_moves_trailing_space_like_lm_eval(byte_fallback_tokenizer):
+    tok = byte_fallback_tokenizer
+    ctx, cont = encode_pair(tok, "Answer: ", "北京")
+    assert (ctx, cont) == encode_pair(tok, "Answer:", " 北京")
+    whole = tok.encode("Answer: 北京", add_special_tokens=False)
+    assert ctx + cont == whole and tok.decode(cont).strip() == "北京"
+
+
+def test_batched_scoring_equals_one_pass_per_continuation(random_model, byte_fallback_tokenizer):
+    tok = byte_fallback_tokenizer
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(4, len(tok), rng.integers(2, 10)).tolist() for _ in range(7)]
+    conts = [
+        [rng.integers(4, len(tok), rng.integers(1, 5)).tolist() for _ in range(rng.integers(2, 5))]
+        for _ in prompts
+    ]
+    conts[0] = [[11], [12], [13], [14]]  # letters: single tokens
+    got = score_continuations(random_model, prompts, conts, tok.pad_token_id, batch_size=3)
+    for p, cs, g in zip(prompts, conts, got, strict=True):
+        want = []
+        for c in cs:
+            x = torch.tensor([p + c])
+            with torch.no_grad():
+                lp = random_model(x).logits[0, :-1].log_softmax(-1).gather(-1, x[0, 1:, None]).squeeze(-1)
+            want.append(lp[len(p) - 1 :].sum().item())
+        np.testing.assert_allclose(g, want, atol=1e-4)
