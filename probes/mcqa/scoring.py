@@ -11,6 +11,7 @@ Shape suffixes: B prompts, R rows (prompt x continuation), T time, V vocabulary.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,7 +36,11 @@ def score_continuations(
         batch_conts = continuations[lo : lo + batch_size]
         ids_BT, mask_BT = left_pad(batch_prompts, pad_id, device)
         pos_BT = positions(mask_BT)
-        res = model(input_ids=ids_BT, attention_mask=mask_BT, position_ids=pos_BT, use_cache=True)
+        # only the last position's logits are needed: skip the rest of the LM head where supported
+        keep = (
+            {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+        )
+        res = model(input_ids=ids_BT, attention_mask=mask_BT, position_ids=pos_BT, use_cache=True, **keep)
         last_lp_BV = res.logits[:, -1].float().log_softmax(-1)
         row_prompt = [b for b, conts in enumerate(batch_conts) for _ in conts]
         rows = [list(c) for conts in batch_conts for c in conts]

@@ -1,0 +1,53 @@
+"""Per-protocol MCQA metrics from per-item choice log-likelihoods (seeds/000, lm-eval).
+
+Letters: ``acc`` (argmax), ``ece`` (softmax over the choices as confidence, 10 bins) and
+``brier`` (mean squared distance of that softmax to the one-hot answer). Cloze, as
+lm-evaluation-harness: ``acc``, ``acc_norm`` (log-likelihood / option length in
+characters) and ``acc_bytes`` (/ UTF-8 bytes; for CJK the two differ a lot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from bytecanary import stats
+
+
+def _softmax(ll: np.ndarray) -> np.ndarray:
+    z = np.exp(ll - ll.max())
+    return z / z.sum()
+
+
+def letter_metrics(ll: Sequence[np.ndarray], answers: Sequence[int], n_bins: int = 10) -> dict[str, float]:
+    probs = [_softmax(np.asarray(x, dtype=np.float64)) for x in ll]
+    correct = np.array([int(np.argmax(p)) == a for p, a in zip(probs, answers, strict=True)])
+    confidence = np.array([p.max() for p in probs])
+    brier = np.mean([((p - np.eye(len(p))[a]) ** 2).sum() for p, a in zip(probs, answers, strict=True)])
+    return {
+        "acc": float(correct.mean()),
+        "ece": stats.ece(confidence, correct, n_bins),
+        "brier": float(brier),
+    }
+
+
+def letter_correct(ll: Sequence[np.ndarray], answers: Sequence[int]) -> np.ndarray:
+    """Per-item correctness, for McNemar between two strategies on the same items."""
+    return np.array([int(np.argmax(x)) == a for x, a in zip(ll, answers, strict=True)])
+
+
+def cloze_metrics(
+    ll: Sequence[np.ndarray], answers: Sequence[int], choices: Sequence[Sequence[str]]
+) -> dict[str, float]:
+    acc, norm, by_bytes = [], [], []
+    for x, a, texts in zip(ll, answers, choices, strict=True):
+        x = np.asarray(x, dtype=np.float64)
+        acc.append(int(np.argmax(x)) == a)
+        norm.append(int(np.argmax(x / np.array([len(t) for t in texts]))) == a)
+        by_bytes.append(int(np.argmax(x / np.array([len(t.encode("utf-8")) for t in texts]))) == a)
+    return {
+        "acc": float(np.mean(acc)),
+        "acc_norm": float(np.mean(norm)),
+        "acc_bytes": float(np.mean(by_bytes)),
+    }
