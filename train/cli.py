@@ -115,6 +115,7 @@ def latest_checkpoint(folder: Path) -> Path | None:
 def main(args: list[str] | None = None) -> int:
     # `bytecanary train ...` passes its own argv; sys.argv stays whole for DDP's re-launch
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+    warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*")  # Lightning 2.6 on torch 2.13: noise
     cli = BytecanaryCLI(
         ByteLM,
         ShardDataModule,
