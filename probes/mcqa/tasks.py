@@ -1,0 +1,141 @@
+"""MCQA items from real benchmarks through ``datasets``, in one normalised shape.
+
+Each schema names where a benchmark keeps its question, its choices and its answer;
+a YAML ``columns`` mapping overrides any of those names for a dataset that differs.
+Hub datasets and local json/jsonl/parquet files load the same way.
+
+| schema | question | choices | answer |
+|---|---|---|---|
+| mmlu | question | choices (list) | answer (index) |
+| arc, commonsenseqa | question | choices.text (list) | answerKey, matched in choices.label |
+| hellaswag | ctx | endings (list) | label (index) |
+| cmmlu | Question | A, B, C, D | Answer (letter) |
+| kmmlu | question | A, B, C, D | answer (1-based) |
+| jcommonsenseqa | question | choice0..choice4 | label (index) |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bytecanary.data.languages import LANGUAGES
+from bytecanary.errors import BytecanaryError
+
+Schema = Literal["mmlu", "arc", "commonsenseqa", "hellaswag", "cmmlu", "kmmlu", "jcommonsenseqa"]
+
+# schema -> (question column, choice columns or one list column, answer column, how to read the answer)
+_SCHEMAS: dict[str, tuple[str, list[str] | str, str, str]] = {
+    "mmlu": ("question", "choices", "answer", "index"),
+    "arc": ("question", "choices.text", "answerKey", "label"),
+    "commonsenseqa": ("question", "choices.text", "answerKey", "label"),
+    "hellaswag": ("ctx", "endings", "label", "index"),
+    "cmmlu": ("Question", ["A", "B", "C", "D"], "Answer", "letter"),
+    "kmmlu": ("question", ["A", "B", "C", "D"], "answer", "one_based"),
+    "jcommonsenseqa": ("question", [f"choice{i}" for i in range(5)], "label", "index"),
+}
+
+
+@dataclass(frozen=True)
+class McqaItem:
+    """One multiple-choice question; ``continuation`` items (HellaSwag) have a context
+    that the right choice continues rather than a question it answers."""
+
+    task: str
+    language: str
+    question: str
+    choices: tuple[str, ...]
+    answer: int
+    continuation: bool = False
+
+
+@dataclass
+class TaskSource:
+    """A benchmark through ``datasets``: hub id, or a builder with local ``data_files``."""
+
+    name: str
+    """Task name in metric keys: probe/mcqa/<name>/..."""
+    schema: Schema
+    language: str
+    path: str
+    """Hub id, or ``json`` / ``parquet`` with ``data_files``."""
+    config: str | None = None
+    split: str = "test"
+    data_files: list[str] | None = None
+    columns: dict[str, str] = field(default_factory=dict)
+    """Overrides: {question: ..., choices: ..., answer: ..., choice_labels: ...}."""
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.language not in LANGUAGES:
+            raise ValueError(f"language: unknown language {self.language!r} (known: {', '.join(LANGUAGES)})")
+        if self.schema not in _SCHEMAS:
+            raise ValueError(f"schema: unknown schema {self.schema!r} (known: {', '.join(_SCHEMAS)})")
+
+
+def _get(row: dict[str, Any], column: str, where: str) -> Any:
+    """``row[column]``, following dots into nested records (``choices.text``)."""
+    value: Any = row
+    for part in column.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise BytecanaryError(f"{where}: column {column!r} not found (columns: {', '.join(row)})")
+        value = value[part]
+    return value
+
+
+def _answer(raw: Any, how: str, labels: list[str], n: int, where: str) -> int:
+    try:
+        if how == "index":
+            index = int(raw)
+        elif how == "one_based":
+            index = int(raw) - 1
+        elif how == "letter":
+            index = "ABCDEFGHIJ".index(str(raw).strip().upper())
+        else:
+            index = [str(x) for x in labels].index(str(raw).strip())
+    except (ValueError, TypeError):
+        raise BytecanaryError(f"{where}: answer {raw!r} is not a valid {how} answer") from None
+    if not 0 <= index < n:
+        raise BytecanaryError(f"{where}: answer {raw!r} points outside the {n} choices")
+    return index
+
+
+def item_from_row(src: TaskSource, row: dict[str, Any], where: str) -> McqaItem:
+    q_col, c_cols, a_col, how = _SCHEMAS[src.schema]
+    q_col = src.columns.get("question", q_col)
+    c_cols = src.columns.get("choices", c_cols)
+    a_col = src.columns.get("answer", a_col)
+    if isinstance(c_cols, list):
+        choices = [str(_get(row, c, where)) for c in c_cols]
+        labels = list("ABCDEFGHIJ"[: len(choices)])
+    else:
+        choices = [str(c) for c in _get(row, c_cols, where)]
+        label_col = src.columns.get(
+            "choice_labels", c_cols.rsplit(".", 1)[0] + ".label" if "." in c_cols else ""
+        )
+        labels = list(_get(row, label_col, where)) if how == "label" else []
+    if len(choices) < 2:
+        raise BytecanaryError(f"{where}: needs at least two choices, got {len(choices)}")
+    answer = _answer(_get(row, a_col, where), how, labels, len(choices), where)
+    question = str(_get(row, q_col, where))
+    return McqaItem(src.name, src.language, question, tuple(choices), answer, src.schema == "hellaswag")
+
+
+def load_task(src: TaskSource) -> list[McqaItem]:
+    """Every item of a benchmark (up to ``limit``), validated row by row."""
+    import datasets
+
+    where = f"task {src.name!r} ({src.path})"
+    try:
+        ds = datasets.load_dataset(src.path, src.config, split=src.split, data_files=src.data_files)
+    except Exception as err:  # datasets raises many types; all mean "this source won't load"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise BytecanaryError(f"{where}: cannot load: {type(err).__name__}: {first}") from None
+    items = []
+    for i, row in enumerate(ds):
+        if src.limit is not None and i >= src.limit:
+            break
+        items.append(item_from_row(src, row, f"{where} row {i}"))
+    if not items:
+        raise BytecanaryError(f"{where}: no items")
+    return items
