@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.errors import BytecanaryError
 
@@ -138,4 +140,39 @@ def load_task(src: TaskSource) -> list[McqaItem]:
         items.append(item_from_row(src, row, f"{where} row {i}"))
     if not items:
         raise BytecanaryError(f"{where}: no items")
+    return items
+
+
+# pseudo-word alphabets: common syllables or characters of each script
+_ALPHABETS = {
+    "en": "bcdfghjklmnprstvwz",
+    "ja": "あいうえおかきくけこさしすせそたちつてとなにぬねのまみむめもやゆよらりるれろわ",
+    "ko": "".join(chr(0xAC00 + 588 * i + 28 * j) for i in range(19) for j in range(0, 21, 4)),
+    "zh": "".join(chr(c) for c in range(0x4E00, 0x4E00 + 400, 3)),
+}
+
+
+def _pseudo_word(rng: np.random.Generator, language: str) -> str:
+    alphabet = _ALPHABETS[language]
+    if language == "en":  # consonant-vowel syllables read like words
+        return "".join(
+            alphabet[rng.integers(len(alphabet))] + "aeiou"[rng.integers(5)]
+            for _ in range(rng.integers(2, 4))
+        )
+    return "".join(alphabet[rng.integers(len(alphabet))] for _ in range(rng.integers(2, 4)))
+
+
+def nonsense_items(language: str, n: int, seed: int = 0, n_choices: int = 4) -> list[McqaItem]:
+    """NonsenseQA (seeds/001): questions and options of pseudo-words, no option right in
+    meaning, the gold label drawn uniformly. Accuracy away from 1/n_choices measures
+    label or position bias, not knowledge."""
+    rng = np.random.default_rng([seed, sorted(LANGUAGES).index(language)])
+    sep = LANGUAGES[language].word_separator
+    items = []
+    for _ in range(n):
+        question = sep.join(_pseudo_word(rng, language) for _ in range(rng.integers(3, 6))) + "?"
+        choices = tuple(_pseudo_word(rng, language) for _ in range(n_choices))
+        items.append(
+            McqaItem(f"nonsenseqa_{language}", language, question, choices, int(rng.integers(n_choices)))
+        )
     return items

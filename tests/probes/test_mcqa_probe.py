@@ -1,0 +1,120 @@
+"""The mcqa probe against an independent one-pass-per-choice recomputation."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from bytecanary import stats
+from probes import get_probe
+
+ITEMS = [
+    {"question": "2+2?", "choices": ["3", "4", "5", "6"], "answer": 1},
+    {"question": "東京は?", "choices": ["都市", "川", "山", "海"], "answer": 0},
+    {"question": "Sky color?", "choices": ["red", "blue", "green", "black"], "answer": 1},
+    {"question": "首都?", "choices": ["北京", "上海", "广州", "深圳"], "answer": 0},
+]
+
+
+@pytest.fixture(scope="module")
+def wide_model(byte_fallback_tokenizer):
+    """Context long enough for every prompt here (the shared random model has 64)."""
+    tok = byte_fallback_tokenizer
+    cfg = GPT2Config(
+        vocab_size=len(tok), n_positions=512, n_embd=32, n_layer=2, n_head=2, initializer_range=0.5
+    )
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+@pytest.fixture
+def mmlu_file(tmp_path):
+    path = tmp_path / "mmlu.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ITEMS), encoding="utf-8")
+    return str(path)
+
+
+def _probe(mmlu_file, **kw):
+    task = {"name": "mini", "schema": "mmlu", "language": "en", "path": "json", "split": "train",
+            "data_files": [mmlu_file]}  # fmt: skip
+    return get_probe(
+        "mcqa", tasks=[task], nonsense_per_language=6, languages=["ja", "zh"], batch_size=3, **kw
+    )
+
+
+def _ll(model, prompt, cont):
+    x = torch.tensor([prompt + cont])
+    with torch.no_grad():
+        lp = model(x).logits[0, :-1].log_softmax(-1).gather(-1, x[0, 1:, None]).squeeze(-1)
+    return lp[len(prompt) - 1 :].sum().item()
+
+
+def test_every_metric_equals_one_pass_per_choice(wide_model, byte_fallback_tokenizer, mmlu_file):
+    probe = _probe(mmlu_file)
+    views = probe.prepare(byte_fallback_tokenizer, None)
+    got = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)])
+    for task in {v.item.task for v in views}:
+        mine = [v for v in views if v.item.task == task]
+        answers = [v.item.answer for v in mine]
+        correct = {}
+        for protocol in ("letter_separate", "letter_merged", "cloze"):
+            lls = [
+                np.array([_ll(wide_model, v.encodings[protocol][0], c) for c in v.encodings[protocol][1]])
+                for v in mine
+            ]
+            correct[protocol] = np.array([np.argmax(x) == a for x, a in zip(lls, answers, strict=True)])
+            key = f"probe/mcqa/{task}/{protocol}"
+            assert got[f"{key}/acc"] == pytest.approx(correct[protocol].mean())
+            if protocol == "cloze":
+                chars = [
+                    np.argmax(x / [len(c) for c in v.item.choices]) == v.item.answer
+                    for x, v in zip(lls, mine, strict=True)
+                ]
+                assert got[f"{key}/acc_norm"] == pytest.approx(np.mean(chars))
+            else:
+                probs = [np.exp(x - x.max()) / np.exp(x - x.max()).sum() for x in lls]
+                conf = [p.max() for p in probs]
+                assert got[f"{key}/ece"] == pytest.approx(stats.ece(conf, correct[protocol]), abs=1e-6)
+                brier = np.mean(
+                    [((p - np.eye(len(p))[a]) ** 2).sum() for p, a in zip(probs, answers, strict=True)]
+                )
+                assert got[f"{key}/brier"] == pytest.approx(brier, abs=1e-6)
+        p = stats.mcnemar_exact(correct["letter_separate"], correct["letter_merged"])
+        assert got[f"probe/mcqa/{task}/mcnemar_p"] == pytest.approx(p)
+    assert got["probe/mcqa/mini/n"] == 4 and got["probe/mcqa/nonsenseqa_ja/n"] == 6
+
+
+def test_records_reproduce_mcnemar_and_the_strategies_differ(
+    wide_model, byte_fallback_tokenizer, mmlu_file, tmp_path
+):
+    out = tmp_path / "items.jsonl"
+    probe = _probe(mmlu_file, records=str(out))
+    views = probe.prepare(byte_fallback_tokenizer, None)
+    got = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)])
+    rows = [json.loads(line) for line in out.read_text().splitlines() if '"mini"' in line]
+    sep = [np.argmax(r["letter_separate"]["ll"]) == r["answer"] for r in rows]
+    mer = [np.argmax(r["letter_merged"]["ll"]) == r["answer"] for r in rows]
+    assert got["probe/mcqa/mini/mcnemar_p"] == pytest.approx(stats.mcnemar_exact(sep, mer))
+    assert all(
+        r["letter_separate"]["continuation_ids"] != r["letter_merged"]["continuation_ids"] for r in rows
+    )
+
+
+def test_sharded_equals_single_and_permutations(wide_model, byte_fallback_tokenizer, mmlu_file):
+    probe = _probe(mmlu_file, permutations=True)
+    views = probe.prepare(byte_fallback_tokenizer, None)
+    assert len(views) == 4 * (4 + 6 + 6)
+    single = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)])
+    shards = [probe.compute(wide_model, byte_fallback_tokenizer, views, rank=r, world=2) for r in range(2)]
+    assert probe.aggregate(views, shards) == single
+    assert 0 <= single["probe/mcqa/mini/letter_merged/acc_perm_spread"] <= 1
+
+
+def test_prompts_longer_than_the_context_keep_their_end(random_model, byte_fallback_tokenizer, mmlu_file):
+    probe = _probe(mmlu_file, shots=2)
+    views = probe.prepare(byte_fallback_tokenizer, None)
+    assert max(len(v.encodings["letter_merged"][0]) for v in views) > random_model.config.n_positions
+    got = probe.aggregate(views, [probe.compute(random_model, byte_fallback_tokenizer, views)])
+    assert got["probe/mcqa/mini/n"] == 2  # two items went into the shots
