@@ -24,7 +24,7 @@ _WORDLISTS = ("large", "best")
 
 
 @lru_cache(maxsize=8)
-def _word_distribution(code: str, vocabulary: int) -> tuple[list[str], np.ndarray]:
+def word_distribution(code: str, vocabulary: int) -> tuple[list[str], np.ndarray]:
     import wordfreq
 
     lang = LANGUAGES[code]
@@ -38,7 +38,7 @@ def _word_distribution(code: str, vocabulary: int) -> tuple[list[str], np.ndarra
 
 def synthetic_documents(lang: Language, src: SyntheticSource, seed: int) -> Iterator[str]:
     """Documents of 1-3 paragraphs of 2-8 sentences, until ``src.megabytes`` is reached."""
-    words, cdf = _word_distribution(lang.code, src.vocabulary)
+    words, cdf = word_distribution(lang.code, src.vocabulary)
     rng = np.random.default_rng([seed, sorted(LANGUAGES).index(lang.code)])
     budget = int(src.megabytes * 1_000_000)
     mean_words = 12 if lang.word_separator else 16  # CJK words are shorter

@@ -122,7 +122,7 @@ def build_level0(
     return Level0Set(lang.code, description, entries)
 
 
-def _sentences(doc: str, lang: Language) -> Iterable[str]:
+def sentences(doc: str, lang: Language) -> Iterable[str]:
     ends = "".join(re.escape(e.strip()) for e in lang.sentence_ends)
     for paragraph in doc.split("\n"):
         yield from (s.strip() for s in re.findall(rf"[^{ends}]*[{ends}]?", paragraph) if s.strip())
@@ -141,7 +141,7 @@ def build_level1(
     lang = LANGUAGES[level0.language]
     found: dict[str, Level1Sample] = {}
     for doc in heldout_docs:
-        for sentence in _sentences(doc, lang):
+        for sentence in sentences(doc, lang):
             for i, char in enumerate(sentence):
                 if i >= min_context and char in targets and char not in found:
                     found[char] = Level1Sample(lang.code, char, sentence[: i + 1], targets[char], "heldout")

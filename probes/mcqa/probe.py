@@ -9,8 +9,9 @@ same items; with ``permutations`` the options are rotated cyclically and
 ``acc_perm_spread`` is the max - min accuracy over rotations. NonsenseQA tasks also
 report ``chance_gap`` = acc - 1/choices. Keys: ``probe/mcqa/<task>/<protocol>/<metric>``.
 
-Still to come (issue 6): the embedded word-completion task, Matched-and-Dashed, and the
-prompt wrappers with FSI/PSI.
+Tasks: the embedded word completion (``wordcomp_<lang>``, from the data's held-out text),
+NonsenseQA (``nonsenseqa_<lang>``) and any benchmark through ``datasets``. Still to come
+(issue 6): Matched-and-Dashed and the prompt wrappers with FSI/PSI.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from probes.mcqa import metrics
 from probes.mcqa.encoding import encode_pair, letter_merged, letter_separate
 from probes.mcqa.prompts import labels, render, rotate
 from probes.mcqa.scoring import score_continuations
-from probes.mcqa.tasks import McqaItem, TaskSource, load_task, nonsense_items
+from probes.mcqa.tasks import McqaItem, TaskSource, load_task, nonsense_items, word_completion_items
 from probes.registry import Probe, register_probe
 from probes.utf8_probe import my_batches
 
@@ -47,7 +48,8 @@ class View:
 
 def _cloze(tokenizer: Any, item: McqaItem) -> tuple[list[int], list[list[int]]]:
     context = item.question if item.continuation else f"Question: {item.question}\nAnswer:"
-    pairs = [encode_pair(tokenizer, context, f" {choice}") for choice in item.choices]
+    delimiter = item.delimiter if item.continuation else " "
+    pairs = [encode_pair(tokenizer, context, f"{delimiter}{choice}") for choice in item.choices]
     wholes = [ctx + cont for ctx, cont in pairs]
     shared = len(pairs[0][0])
     for whole in wholes:  # the shared prompt: the context, unless a boundary merged differently
@@ -70,6 +72,7 @@ class McqaProbe(Probe):
     def __init__(
         self,
         tasks: list[dict[str, Any]] | None = None,
+        embedded_per_language: int = 64,
         nonsense_per_language: int = 64,
         languages: list[str] | None = None,
         protocols: list[str] | None = None,
@@ -84,6 +87,8 @@ class McqaProbe(Probe):
         """
         Args:
             tasks: benchmarks, each a ``TaskSource`` as a mapping (name, schema, language, path, ...).
+            embedded_per_language: word-completion items per language from the data's held-out
+                text (0: none; needs a prepared data folder).
             nonsense_per_language: NonsenseQA items per language (0: none).
             protocols: subset of letter_separate, letter_merged, cloze (default: all).
             label_format: "A.", "(A)" or "1.".
@@ -98,13 +103,19 @@ class McqaProbe(Probe):
             raise ValueError(f"unknown protocols {sorted(unknown)}; known: {', '.join(PROTOCOLS)}")
         labels(label_format, 2)  # validates the format
         self.sources = [TaskSource(**t) for t in tasks or []]
-        self.nonsense, self.languages = nonsense_per_language, languages or list(LANGUAGES)
+        self.embedded, self.nonsense = embedded_per_language, nonsense_per_language
+        self.languages = languages or list(LANGUAGES)
         self.label_format, self.shots, self.permutations = label_format, shots, permutations
         self.batch_size, self.seed, self.trial, self.records = batch_size, seed, trial, records
 
-    def _items(self) -> list[tuple[McqaItem, tuple[McqaItem, ...]]]:
+    def _items(self, data_dir: Path | None) -> list[tuple[McqaItem, tuple[McqaItem, ...]]]:
         """(item, its shots) for every task."""
         groups = [load_task(src) for src in self.sources]
+        if self.embedded:
+            folder = Path(data_dir or "data/default")
+            groups += [
+                word_completion_items(folder, lang, self.embedded, self.seed) for lang in self.languages
+            ]
         groups += [nonsense_items(lang, self.nonsense, self.seed) for lang in self.languages if self.nonsense]
         out = []
         for items in groups:
@@ -115,7 +126,7 @@ class McqaProbe(Probe):
     def prepare(self, tokenizer: Any, data_dir: Path | None) -> list[View]:
         codec = ByteCodec.from_tokenizer(tokenizer)
         views = []
-        for item, shots in self._items():
+        for item, shots in self._items(data_dir):
             for r in range(len(item.choices) if self.permutations else 1):
                 shown = rotate(item, r)
                 prompt = render(shown, self.label_format, shots)

@@ -17,6 +17,7 @@ Hub datasets and local json/jsonl/parquet files load the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -49,6 +50,7 @@ class McqaItem:
     choices: tuple[str, ...]
     answer: int
     continuation: bool = False
+    delimiter: str = " "  # between a continuation item's context and its ending (cloze)
 
 
 @dataclass
@@ -175,4 +177,69 @@ def nonsense_items(language: str, n: int, seed: int = 0, n_choices: int = 4) -> 
         items.append(
             McqaItem(f"nonsenseqa_{language}", language, question, choices, int(rng.integers(n_choices)))
         )
+    return items
+
+
+def word_completion_items(data_dir: Path, language: str, n: int, seed: int = 0) -> list[McqaItem]:
+    """The embedded task: a held-out sentence up to the first half of a word; the four
+    endings are the word's second half and the second halves of three other words of the
+    same length and script. A model learns it as it learns the language's words, so the
+    curve moves over training. Answer positions are balanced; the ending continues the
+    context directly (no delimiter), so cloze scoring reads it as the text's next bytes."""
+    from bytecanary.data.corpus import read_documents, word_distribution
+    from bytecanary.data.evalsets import sentences
+
+    lang = LANGUAGES[language]
+    path = Path(data_dir) / "corpus" / language / "val.jsonl"
+    if not path.is_file():
+        raise BytecanaryError(
+            f"{path}: no held-out text for the embedded MCQA task; run `bytecanary prepare`"
+        )
+    minimum = 4 if language == "en" else 2
+    vocab = [w for w in word_distribution(language, 20_000)[0] if len(w) >= minimum]
+    known = set(vocab)
+    longest = max(map(len, vocab))
+    found: list[tuple[str, str]] = []  # (context up to the word, word)
+    for doc in read_documents(path):
+        for sentence in sentences(doc, lang):
+            if lang.word_separator:
+                pos = 0
+                for token in sentence.split(lang.word_separator):
+                    word = token.strip(".,?!")
+                    if word in known and pos >= 8:
+                        found.append((sentence[:pos], word))
+                    pos += len(token) + 1
+            else:
+                for pos in range(8, len(sentence) - 1):
+                    word = next(
+                        (
+                            sentence[pos : pos + k]
+                            for k in range(longest, 1, -1)
+                            if sentence[pos : pos + k] in known
+                        ),
+                        None,
+                    )
+                    if word:
+                        found.append((sentence[:pos], word))
+    rng = np.random.default_rng([seed, 7, sorted(LANGUAGES).index(language)])
+    by_length: dict[int, set[str]] = {}
+    for word in known:
+        by_length.setdefault(len(word) - len(word) // 2, set()).add(word[len(word) // 2 :])
+    endings = {n: sorted(e) for n, e in by_length.items()}  # distinct, in a fixed order
+    items: list[McqaItem] = []
+    for i in rng.permutation(len(found)):
+        context, word = found[i]
+        half = len(word) // 2
+        right = word[half:]
+        pool = [e for e in endings[len(right)] if e != right]
+        if len(pool) < 3:
+            continue
+        others = [pool[j] for j in rng.choice(len(pool), 3, replace=False)]
+        answer = len(items) % 4
+        choices = (*others[:answer], right, *others[answer:])
+        items.append(
+            McqaItem(f"wordcomp_{language}", language, context + word[:half], choices, answer, True, "")
+        )
+        if len(items) == n:
+            break
     return items

@@ -39,9 +39,14 @@ def mmlu_file(tmp_path):
 def _probe(mmlu_file, **kw):
     task = {"name": "mini", "schema": "mmlu", "language": "en", "path": "json", "split": "train",
             "data_files": [mmlu_file]}  # fmt: skip
-    return get_probe(
-        "mcqa", tasks=[task], nonsense_per_language=6, languages=["ja", "zh"], batch_size=3, **kw
-    )
+    kw = {
+        "embedded_per_language": 0,
+        "nonsense_per_language": 6,
+        "languages": ["ja", "zh"],
+        "batch_size": 3,
+        **kw,
+    }
+    return get_probe("mcqa", tasks=[task], **kw)
 
 
 def _ll(model, prompt, cont):
@@ -118,3 +123,13 @@ def test_prompts_longer_than_the_context_keep_their_end(random_model, byte_fallb
     assert max(len(v.encodings["letter_merged"][0]) for v in views) > random_model.config.n_positions
     got = probe.aggregate(views, [probe.compute(random_model, byte_fallback_tokenizer, views)])
     assert got["probe/mcqa/mini/n"] == 2  # two items went into the shots
+
+
+def test_embedded_task_from_the_prepared_data(wide_model, byte_fallback_tokenizer, small_data):
+    probe = get_probe("mcqa", embedded_per_language=8, nonsense_per_language=0, languages=["zh"])
+    views = probe.prepare(byte_fallback_tokenizer, small_data)
+    got = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)])
+    assert got["probe/mcqa/wordcomp_zh/n"] == 8
+    # cloze endings continue the context directly: no space token between them
+    conts = views[0].encodings["cloze"][1]
+    assert not any(byte_fallback_tokenizer.convert_ids_to_tokens(c[0]).startswith("▁") for c in conts)

@@ -89,3 +89,22 @@ def test_bad_rows_name_the_task_row_and_column(tmp_path):
         load_task(src)
     with pytest.raises(ValueError, match="unknown schema"):
         TaskSource(name="x", schema="squad", language="en", path="json")
+
+
+def test_embedded_word_completion_items(small_data):
+    from bytecanary.data.corpus import read_documents, word_distribution
+    from probes.mcqa.tasks import word_completion_items
+
+    for lang in ("en", "ja"):
+        items = word_completion_items(small_data, lang, 12, seed=0)
+        assert len(items) == 12 and items == word_completion_items(small_data, lang, 12, seed=0)
+        assert [i.answer for i in items] == [k % 4 for k in range(12)]  # positions balanced
+        words = set(word_distribution(lang, 20_000)[0])
+        held_out = "\n".join(read_documents(small_data / "corpus" / lang / "val.jsonl"))
+        for item in items:
+            right = item.choices[item.answer]
+            assert len({len(c) for c in item.choices}) == 1 and len(set(item.choices)) == 4
+            assert item.question in held_out or item.question[: -len(right)] in held_out
+            tail = item.question.split(" ")[-1] if lang == "en" else item.question[-len(right) :]
+            assert any(w.endswith(right) and w.startswith(tail[-(len(w) - len(right)) :]) for w in words)
+            assert item.continuation and item.delimiter == ""
