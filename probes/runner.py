@@ -197,7 +197,13 @@ TABLES = {
         [("term match", "all/term_match"), ("partial", "all/partial"), ("gold win", "all/gold_win_rate")],
         "{lang}/term_match",
     ),
+    "mcqa": ("MCQA (cloze accuracy by task)", [], None),
 }
+
+
+def _abbrev(task: str, short: dict[str, str]) -> str:
+    head, _, lang = task.rpartition("_")
+    return f"{short.get(head, head)[:7]} {lang}"[:10] if head else task[:10]
 
 
 def summary(out: Path) -> str:
@@ -210,9 +216,13 @@ def summary(out: Path) -> str:
     for probe, records in by_probe.items():
         title, headline, per_lang = TABLES[probe]
         keys = {k for r in records.values() for k in r["metrics"]}
-        langs = sorted({k.split("/")[2] for k in keys} - {"all"})
+        groups = sorted({k.split("/")[2] for k in keys} - {"all"})  # languages, or MCQA tasks
         cols = [(name, f"probe/{probe}/{key}") for name, key in headline]
-        cols += [(lang, f"probe/{probe}/{per_lang.format(lang=lang)}") for lang in langs]
+        if per_lang:
+            cols += [(lang, f"probe/{probe}/{per_lang.format(lang=lang)}") for lang in groups]
+        else:
+            short = {"wordcomp": "word", "nonsenseqa": "nonsense"}
+            cols += [(_abbrev(task, short), f"probe/{probe}/{task}/cloze/acc") for task in groups]
         lines = [title, f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(f"{n:>11}" for n, _ in cols)]
         for key, r in sorted(records.items(), key=lambda kv: (kv[1]["step"] is None, kv[1]["step"] or 0)):
             cells = "".join(
