@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import yaml
 
 from bytecanary.errors import BytecanaryError
+from bytecanary.io import read_text
 
 T = TypeVar("T")
 
@@ -29,11 +30,9 @@ def load_config(cls: type[T], path: str | Path) -> T:
     """Read ``path`` (YAML) into dataclass ``cls``."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 ({err.reason} at byte {err.start})") from None
+        raw = yaml.safe_load(read_text(path, "config file"))
+    except BytecanaryError as err:
+        raise ConfigError(str(err)) from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from None
     return from_dict(cls, raw if raw is not None else {}, source=str(path))

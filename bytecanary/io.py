@@ -39,6 +39,18 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         tmp_path.unlink(missing_ok=True)
 
 
+def read_text(path: str | Path, what: str = "file") -> str:
+    """A UTF-8 text file; a missing file or a non-UTF-8 byte is one error naming the file."""
+    from bytecanary.errors import BytecanaryError
+
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BytecanaryError(f"{path}: no such {what}") from None
+    except UnicodeDecodeError as err:
+        raise BytecanaryError(f"{path}: not UTF-8 ({err.reason} at byte {err.start})") from None
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     """Write JSON atomically (UTF-8, non-ASCII kept readable)."""
     with atomic_path(path) as tmp:

@@ -26,6 +26,7 @@ import numpy as np
 
 from bytecanary.data.languages import LANGUAGES, Language, block_characters, in_blocks
 from bytecanary.errors import BytecanaryError
+from bytecanary.io import read_text
 
 TIERS = ("common", "uncommon", "rare", "unseen", "unseen_3b")
 
@@ -174,13 +175,19 @@ def level1_json(samples: list[Level1Sample]) -> list[dict]:
 
 def _read_json(path: Path) -> object:
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BytecanaryError(f"{path}: no such eval-set file") from None
-    except UnicodeDecodeError as err:
-        raise BytecanaryError(f"{path}: not UTF-8 (byte {err.start}: {err.reason})") from None
+        return json.loads(read_text(path, "eval-set file"))
     except json.JSONDecodeError as err:
         raise BytecanaryError(f"{path}: invalid JSON ({err.msg}, line {err.lineno})") from None
+
+
+def _entry(item: object, where: str, required: tuple[str, ...]) -> dict:
+    """An eval-set entry: an object holding every ``required`` key."""
+    if not isinstance(item, dict):
+        raise BytecanaryError(f"{where}: expected an object, got {item!r}")
+    missing = [k for k in required if k not in item]
+    if missing:
+        raise BytecanaryError(f"{where}: missing {', '.join(missing)}")
+    return item
 
 
 def _language_of(path: Path, data: dict) -> str:
@@ -204,11 +211,7 @@ def load_level0(path: str | Path) -> Level0Set:
     entries = []
     for i, item in enumerate(data["char_frequencies"]):
         where = f"{path}: char_frequencies[{i}]"
-        if not isinstance(item, dict):
-            raise BytecanaryError(f"{where}: expected an object, got {item!r}")
-        missing = [k for k in ("char", "count", "tier") if k not in item]
-        if missing:
-            raise BytecanaryError(f"{where}: missing {', '.join(missing)}")
+        item = _entry(item, where, ("char", "count", "tier"))
         char = item["char"]
         if not isinstance(char, str) or len(char) != 1:
             raise BytecanaryError(f"{where}: 'char' must be one character, got {char!r}")
@@ -242,11 +245,7 @@ def load_level1(path: str | Path) -> list[Level1Sample]:
     samples = []
     for i, item in enumerate(data):
         where = f"{path}: [{i}]"
-        if not isinstance(item, dict):
-            raise BytecanaryError(f"{where}: expected an object, got {item!r}")
-        missing = [k for k in ("language", "term", "sentence_prompt") if k not in item]
-        if missing:
-            raise BytecanaryError(f"{where}: missing {', '.join(missing)}")
+        item = _entry(item, where, ("language", "term", "sentence_prompt"))
         lang, term, prompt = item["language"], item["term"], item["sentence_prompt"]
         if lang not in LANGUAGES:
             raise BytecanaryError(f"{where}: unknown language {lang!r} (known: {', '.join(LANGUAGES)})")
