@@ -174,32 +174,26 @@ class McqaProbe(Probe):
         if self.records:
             self._write_records(prepared, per_view)
         out: dict[str, float] = {}
-        tasks = sorted({v.item.task for v in prepared})
-        for task in tasks:
-            base = [i for i, v in enumerate(prepared) if v.item.task == task and v.rotation == 0]
+
+        def protocol_metrics(protocol: str, views: list[int]) -> dict[str, float]:
+            lls, answers = [per_view[protocol][i] for i in views], [prepared[i].item.answer for i in views]
+            if protocol == "cloze":
+                return metrics.cloze_metrics(lls, answers, [prepared[i].item.choices for i in views])
+            return metrics.letter_metrics(lls, answers)
+
+        for task in sorted({v.item.task for v in prepared}):
+            by_rotation: dict[int, list[int]] = {}
+            for i, v in enumerate(prepared):
+                if v.item.task == task:
+                    by_rotation.setdefault(v.rotation, []).append(i)
+            base = by_rotation[0]
             answers = [prepared[i].item.answer for i in base]
             for p in self.protocols:
-                lls = [per_view[p][i] for i in base]
-                if p == "cloze":
-                    m = metrics.cloze_metrics(lls, answers, [prepared[i].item.choices for i in base])
-                else:
-                    m = metrics.letter_metrics(lls, answers)
+                m = protocol_metrics(p, base)
                 if task.startswith("nonsenseqa"):
                     m["chance_gap"] = m["acc"] - float(np.mean([1 / n_choices[i] for i in base]))
                 if self.permutations:
-                    accs = []
-                    for r in range(max(n_choices[i] for i in base)):
-                        views = [i for i, v in enumerate(prepared) if v.item.task == task and v.rotation == r]
-                        answers_r = [prepared[i].item.answer for i in views]
-                        if p == "cloze":
-                            acc_r = metrics.cloze_metrics(
-                                [per_view[p][i] for i in views],
-                                answers_r,
-                                [prepared[i].item.choices for i in views],
-                            )["acc"]
-                        else:
-                            acc_r = metrics.letter_metrics([per_view[p][i] for i in views], answers_r)["acc"]
-                        accs.append(acc_r)
+                    accs = [protocol_metrics(p, views)["acc"] for views in by_rotation.values()]
                     m["acc_perm_spread"] = float(max(accs) - min(accs))
                 out.update({f"probe/mcqa/{task}/{p}/{k}": float(v) for k, v in m.items()})
             if {"letter_separate", "letter_merged"} <= set(self.protocols):
