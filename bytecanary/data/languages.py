@@ -9,8 +9,6 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 
-from bytecanary.errors import BytecanaryError
-
 # Unicode blocks as inclusive (first, last) code point ranges
 LATIN_1_LETTERS = [(0x00C0, 0x00D6), (0x00D8, 0x00F6), (0x00F8, 0x00FF)]
 LATIN_EXTENDED = [(0x0100, 0x024F)]  # Latin Extended-A and -B: 2 bytes
@@ -79,13 +77,6 @@ LANGUAGES: dict[str, Language] = {
         "这个词里有一个字「{c}",
     ),
 }
-
-
-def get_language(code: str, where: str = "language") -> Language:
-    """The language for ``code``; a clear error names ``where`` the code came from."""
-    if code not in LANGUAGES:
-        raise BytecanaryError(f"{where}: unknown language {code!r} (known: {', '.join(LANGUAGES)})")
-    return LANGUAGES[code]
 
 
 def in_blocks(char: str, blocks: list[tuple[int, int]]) -> bool:
