@@ -116,7 +116,8 @@ class ByteLM(L.LightningModule):
         )
         # Lightning writes this row to the loggers only after the step's checkpoint is
         # saved; the checkpoint carries it so a run killed in between loses nothing
-        self.train_row = {"step": self.global_step + 1, "train/loss": loss.item(), "train/lr": lr}
+        # the loss stays a tensor here (no device sync in the step); it becomes a float on save
+        self.train_row = {"step": self.global_step + 1, "train/loss": loss.detach(), "train/lr": lr}
         self.train_row["tokens_seen"] = self.tokens_seen
         self.log("loss", loss.detach(), prog_bar=True, logger=False)
         return loss
@@ -168,7 +169,8 @@ class ByteLM(L.LightningModule):
             "tokenizer_hash": getattr(self, "_tokenizer_hash", None),
             "gpt2_config": self._plain_model().config.to_dict(),
             "rng": torch.get_rng_state(),
-            "train_row": self.train_row,
+            "train_row": {k: float(v) if torch.is_tensor(v) else v for k, v in (self.train_row or {}).items()}
+            or None,
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
