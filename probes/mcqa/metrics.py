@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bytecanary import stats
+from probes.mcqa.dashed import RULES
 
 
 def _softmax(ll: np.ndarray) -> np.ndarray:
@@ -51,3 +52,24 @@ def cloze_metrics(
         "acc_norm": float(np.mean(norm)),
         "acc_bytes": float(np.mean(by_bytes)),
     }
+
+
+def generated_metrics(
+    pred: np.ndarray,
+    answers: np.ndarray,
+    normalised: np.ndarray | None = None,
+    rules: np.ndarray | None = None,
+) -> dict[str, float]:
+    """Generative protocols from (items, seeds) predicted options (-1: none): ``acc`` over
+    every generation; wrappers add ``parsable`` and the ``_normalised`` pair, M&D the
+    share of answers each extraction rule produced (``rule_<name>``) and ``matched``."""
+    answers = np.asarray(answers)[:, None]
+    out = {"acc": float((pred == answers).mean())}
+    if normalised is not None:
+        out["parsable"] = float((pred >= 0).mean())
+        out["acc_normalised"] = float((normalised == answers).mean())
+        out["parsable_normalised"] = float((normalised >= 0).mean())
+    if rules is not None:
+        out.update({f"rule_{r}": float((rules == r).mean()) for r in RULES})
+        out["matched"] = float((pred >= 0).mean())
+    return out

@@ -1,4 +1,5 @@
-"""MCQA prompts: label formats, k-shot blocks, cyclic permutations of the options.
+"""MCQA prompts: label formats, k-shot blocks, the dashed (M&D) prompt, cyclic
+permutations of the options.
 
 A block is ``Question: ...``, one line per option, then ``Answer:`` with no trailing
 space (the space belongs to the scoring strategy, see ``encoding``). Shots are full
@@ -20,14 +21,32 @@ def labels(label_format: str, n: int) -> list[str]:
     return [str(i + 1) for i in range(n)] if label_format == "1." else list("ABCDEFGHIJ"[:n])
 
 
-def block(item: McqaItem, label_format: str, answered: bool = False) -> str:
+def content(item: McqaItem, label_format: str = "A.") -> str:
+    """The question and one line per option: what every wrapper and block shares."""
     names = labels(label_format, len(item.choices))
     lines = [f"Question: {item.question}"]
     lines += [
         LABEL_FORMATS[label_format].format(label=n, text=c) for n, c in zip(names, item.choices, strict=True)
     ]
-    lines.append("Answer:" + (f" {names[item.answer]}" if answered else ""))
     return "\n".join(lines)
+
+
+def block(item: McqaItem, label_format: str, answered: bool = False) -> str:
+    answer = f" {labels(label_format, len(item.choices))[item.answer]}" if answered else ""
+    return f"{content(item, label_format)}\nAnswer:{answer}"
+
+
+def dashed(item: McqaItem) -> str:
+    """Matched-and-Dashed (seeds/001): every option labelled ``─`` and the full answer text
+    asked for. A continuation item ends with its context, so the answer is the model's
+    next words; a question ends with ``Answer:``."""
+    options = "\n".join(f"─ {c}" for c in item.choices)
+    if item.continuation:
+        return f"Options:\n{options}\nContinue the text with the correct option.\n\n{item.question}"
+    return (
+        f"Question: {item.question}\n{options}\n"
+        "Answer with the full text of the correct option, not a label. Let's think step by step.\nAnswer:"
+    )
 
 
 def render(item: McqaItem, label_format: str = "A.", shots: tuple[McqaItem, ...] = ()) -> str:

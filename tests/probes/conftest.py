@@ -36,6 +36,17 @@ def random_model(byte_fallback_tokenizer):
 
 
 @pytest.fixture(scope="session")
+def wide_model(byte_fallback_tokenizer):
+    """Context long enough for every prompt here (the shared random model has 64)."""
+    tok = byte_fallback_tokenizer
+    cfg = GPT2Config(
+        vocab_size=len(tok), n_positions=512, n_embd=32, n_layer=2, n_head=2, initializer_range=0.5
+    )
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+@pytest.fixture(scope="session")
 def eval_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("evalsets")
     folder = root / "evalsets"

@@ -5,7 +5,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 
 from bytecanary import stats
 from probes import get_probe
@@ -16,17 +15,6 @@ ITEMS = [
     {"question": "Sky color?", "choices": ["red", "blue", "green", "black"], "answer": 1},
     {"question": "首都?", "choices": ["北京", "上海", "广州", "深圳"], "answer": 0},
 ]
-
-
-@pytest.fixture(scope="module")
-def wide_model(byte_fallback_tokenizer):
-    """Context long enough for every prompt here (the shared random model has 64)."""
-    tok = byte_fallback_tokenizer
-    cfg = GPT2Config(
-        vocab_size=len(tok), n_positions=512, n_embd=32, n_layer=2, n_head=2, initializer_range=0.5
-    )
-    torch.manual_seed(0)
-    return GPT2LMHeadModel(cfg).eval()
 
 
 @pytest.fixture

@@ -19,6 +19,8 @@ def test_engine_tokens_equal_generate_on_each_prompt_alone(random_model, byte_fa
     rng = np.random.default_rng(0)
     prompts = [rng.integers(4, len(tok), rng.integers(1, 12)).tolist() for _ in range(40)]
     out = generate(random_model, prompts, 6, tok.eos_token_id, tok.pad_token_id, batch_size=16)
+    bare = generate(random_model, prompts, 6, tok.eos_token_id, tok.pad_token_id, 16, score_prompt=False)
+    assert np.array_equal(bare.tokens, out.tokens) and np.allclose(bare.logprobs, out.logprobs, atol=1e-5)
     for i, p in enumerate(prompts):
         ref = random_model.generate(
             input_ids=torch.tensor([p]),
