@@ -46,6 +46,14 @@ def _probe(args: argparse.Namespace) -> int:
     )
 
 
+def _report(args: argparse.Namespace) -> int:
+    from bytecanary.report import report_summary, write_report
+
+    write_report(args.run_dir, wandb=False if args.no_wandb else None)
+    print(report_summary(args.run_dir))
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bytecanary",
@@ -92,6 +100,16 @@ def _build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--data", default=None, help="data folder (default: data/<config name>)")
     demo.add_argument("--steps", type=int, default=None, help="training steps (default: what fits --minutes)")
     demo.set_defaults(run=_demo)
+    report = sub.add_parser("report", help="convergence analysis, figures and tables into RUN_DIR/report/")
+    report.add_argument(
+        "run_dir", metavar="RUN_DIR", help="a training run folder (metrics.jsonl, probes.jsonl)"
+    )
+    report.add_argument(
+        "--no-wandb",
+        action="store_true",
+        help="do not log to the run's W&B run (default: when RUN_DIR/wandb has one)",
+    )
+    report.set_defaults(run=_report)
     return parser
 
 

@@ -1,15 +1,16 @@
 """Statistics the probes and the convergence report share.
 
 Calibration (ECE), paired tests between two scoring strategies (exact and chi-square
-McNemar, seeds/000), bootstrap confidence intervals (seeds/002), correlations, and the
-convergence detector applied alike to perplexity and to UTF-8 validity (seeds/003).
+McNemar, seeds/000), bootstrap confidence intervals (seeds/002), correlations, the
+fixed-effects regression of accuracy on parsability, and the convergence detector applied
+alike to perplexity and to UTF-8 validity (seeds/003).
 Plain numpy and ``math``: importable without torch or scipy.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -95,6 +96,47 @@ def kendall_tau_b(x: ArrayLike, y: ArrayLike) -> float:
     sy = np.sign(ys[:, None] - ys[None, :])
     denom = math.sqrt(float(np.abs(sx).sum()) * float(np.abs(sy).sum()))
     return float((sx * sy).sum() / denom) if denom > 0 else math.nan
+
+
+def _dummies(levels: Sequence, keep_first: bool) -> list[np.ndarray]:
+    """One 0/1 column per level (in order of first appearance), the first one dropped
+    unless ``keep_first``."""
+    values = list(levels)
+    uniq = list(dict.fromkeys(values))
+    return [np.array([v == u for v in values], dtype=np.float64) for u in uniq[0 if keep_first else 1 :]]
+
+
+def fixed_effects_fit(y: ArrayLike, x: ArrayLike, factors: dict[str, Sequence]) -> tuple[float, float]:
+    """OLS of y = beta * x + one fixed effect per level of each factor; returns (beta, SE).
+
+    seeds/002 eq. 5 (accuracy on parsability with model, task and wrapper effects),
+    unweighted where the paper weights its cells. Dummy coding keeps every level of the
+    first factor (it stands in for the intercept) and drops the first level of the others,
+    so the effects are identified; the slope on x is the same whichever level is dropped.
+    SE = sqrt(RSS / (n - p) * (X'X)^-1[0, 0]) with p the rank of the design. Raises
+    ValueError when x is absorbed by the fixed effects or no residual degrees of freedom
+    are left.
+    """
+    ys = np.asarray(y, dtype=np.float64)
+    xs = np.asarray(x, dtype=np.float64)
+    n = len(ys)
+    if xs.shape != ys.shape or ys.ndim != 1:
+        raise ValueError("fixed_effects_fit: y and x must be 1-D arrays of the same length")
+    effects = [np.ones(n)] if not factors else []
+    for i, (name, levels) in enumerate(factors.items()):
+        if len(levels) != n:
+            raise ValueError(f"fixed_effects_fit: factor {name!r} has {len(levels)} values for {n} rows")
+        effects += _dummies(levels, keep_first=i == 0)
+    design = np.column_stack([xs, *effects])
+    p = int(np.linalg.matrix_rank(design))
+    if p <= int(np.linalg.matrix_rank(np.column_stack(effects))):
+        raise ValueError("fixed_effects_fit: x is constant within the fixed effects (beta not identified)")
+    if n - p <= 0:
+        raise ValueError(f"fixed_effects_fit: no residual degrees of freedom ({n} rows, {p} parameters)")
+    coef, *_ = np.linalg.lstsq(design, ys, rcond=None)
+    resid = ys - design @ coef
+    sigma2 = float(resid @ resid) / (n - p)
+    return float(coef[0]), math.sqrt(sigma2 * float(np.linalg.pinv(design.T @ design)[0, 0]))
 
 
 def convergence_point(x: ArrayLike, y: ArrayLike, rtol: float = 0.05, tail: float = 0.1) -> float | None:

@@ -83,3 +83,54 @@ def test_convergence_point():
     assert stats.convergence_point(x, np.linspace(1, 10, 10), rtol=0.01, tail=0.3) is None
     with pytest.raises(ValueError):
         stats.convergence_point([], [])
+
+
+def _residualise(v, design):
+    coef, *_ = np.linalg.lstsq(design, v, rcond=None)
+    return v - design @ coef
+
+
+def _panel(seed, n_a=6, n_b=4, n_c=5):
+    """A full (a, b, c) grid with random effects per level, like (checkpoint, task, wrapper)."""
+    rng = np.random.default_rng(seed)
+    a, b, c = (g.ravel() for g in np.meshgrid(range(n_a), range(n_b), range(n_c), indexing="ij"))
+    effects = rng.normal(size=n_a)[a] + rng.normal(size=n_b)[b] + rng.normal(size=n_c)[c]
+    x = rng.uniform(size=len(a)) + 0.3 * effects
+    return rng, a, [f"t{v}" for v in b], c, x, effects
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fixed_effects_fit_equals_frisch_waugh_lovell(seed):
+    rng, a, b, c, x, effects = _panel(seed)
+    y = 0.7 * x + effects + rng.normal(scale=0.2, size=len(x))
+    # every level of every factor as a dummy: the same column space as dropping first levels
+    dummies = np.column_stack([np.equal.outer(f, np.unique(f)).astype(float) for f in (a, b, c)])
+    rx, ry = _residualise(x, dummies), _residualise(y, dummies)
+    beta = rx @ ry / (rx @ rx)
+    p = np.linalg.matrix_rank(dummies) + 1
+    rss = np.sum((ry - beta * rx) ** 2)
+    se = math.sqrt(rss / (len(y) - p) / (rx @ rx))
+    got_beta, got_se = stats.fixed_effects_fit(y, x, {"checkpoint": a, "task": b, "wrapper": c})
+    assert got_beta == pytest.approx(beta, rel=1e-9)
+    assert got_se == pytest.approx(se, rel=1e-9)
+
+
+def test_fixed_effects_fit_recovers_a_known_beta():
+    rng, a, b, c, x, effects = _panel(7, n_a=20, n_b=8, n_c=5)
+    y = -1.5 * x + 3.0 * effects + rng.normal(scale=0.1, size=len(x))
+    beta, se = stats.fixed_effects_fit(y, x, {"a": a, "b": b, "c": c})
+    assert abs(beta + 1.5) < 4 * se
+    assert 0 < se < 0.05
+    # without factors it is plain OLS with an intercept
+    x1 = rng.uniform(size=50)
+    beta1, _ = stats.fixed_effects_fit(2.0 * x1 + 1.0, x1, {})
+    assert beta1 == pytest.approx(2.0)
+
+
+def test_fixed_effects_fit_refuses_unidentified_fits():
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        stats.fixed_effects_fit([1.0, 2.0, 4.0], [0.0, 1.0, 3.0], {"g": ["a", "b", "b"]})
+    with pytest.raises(ValueError, match="not identified"):
+        stats.fixed_effects_fit([1.0, 2.0, 3.0, 5.0], [1.0, 1.0, 2.0, 2.0], {"g": ["a", "a", "b", "b"]})
+    with pytest.raises(ValueError, match="factor 'g'"):
+        stats.fixed_effects_fit([1.0, 2.0], [1.0, 2.0], {"g": ["a"]})

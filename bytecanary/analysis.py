@@ -1,0 +1,260 @@
+"""The numbers behind ``bytecanary report``.
+
+Pure functions over the rows of ``metrics.jsonl`` and ``probes.jsonl``
+(``../shared/CONVENTIONS.md``): when validation perplexity and Level 0 validity each
+converge, with one rule for both curves (``stats.convergence_point``); seeds/003's
+headline (abstract, section 1) is that validity needs about twice the tokens perplexity
+needs (4.2B vs 2.1B). And how the MCQA protocols behave across checkpoints: whether the
+two letter strategies rank checkpoints alike (seeds/000 section 3.3 saw them reorder
+models), and how far accuracy follows parsability across wrappers (seeds/002 section
+5.2, eq. 5). Absent keys are absent data, never zeros.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bytecanary import stats
+
+LANGUAGES = ("en", "ja", "ko", "zh")
+TIERS = ("common", "uncommon", "rare", "unseen", "unseen_3b")
+PPL_KEY = "val/ppl"
+HEADLINE_KEY = "probe/level0/all/all/partial"
+MIN_POINTS = 3  # fewer checkpoints (or cells) than this: no convergence point, tau or fit
+_WRAPPER_ACC = re.compile(r"^probe/mcqa/([^/]+)/wrapper_([^/]+)/acc$")
+
+
+def level0_key(lang: str = "all", tier: str = "all", metric: str = "partial") -> str:
+    """``probe/level0/<lang>/<tier>/<metric>``; ``lang="all"`` is the aggregate."""
+    return f"probe/level0/{lang}/{tier}/{metric}"
+
+
+VALIDITY_KEYS = tuple(
+    level0_key(lang, "all", m) for lang in ("all", *LANGUAGES) for m in ("partial", "strict")
+)
+
+
+def finite(value: Any) -> float | None:
+    """A finite float, or None for a missing, null, NaN or non-numeric value."""
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One probed checkpoint: the metrics of all its successful probe records merged."""
+
+    key: str
+    step: int | None
+    tokens_seen: int | None
+    metrics: dict[str, Any]
+
+    def value(self, key: str) -> float | None:
+        return finite(self.metrics.get(key))
+
+
+def checkpoints(probe_rows: Iterable[dict[str, Any]]) -> list[Checkpoint]:
+    """Checkpoints in training order; a later record of the same (checkpoint, probe) wins,
+    as a rerun's would. Failed records are ignored."""
+    merged: dict[str, Checkpoint] = {}
+    for row in probe_rows:
+        if row.get("status") != "ok":
+            continue
+        key = row.get("checkpoint") or f"step={row.get('step')} tokens={row.get('tokens_seen')}"
+        old = merged.get(key)
+        metrics = {**(old.metrics if old else {}), **(row.get("metrics") or {})}
+        merged[key] = Checkpoint(key, row.get("step"), row.get("tokens_seen"), metrics)
+    return sorted(
+        merged.values(),
+        key=lambda c: (c.tokens_seen is None, c.tokens_seen or 0, c.step is None, c.step or 0),
+    )
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A metric against tokens seen and where it converges (None: it did not, or too few points)."""
+
+    key: str
+    tokens: list[float]
+    values: list[float]
+    converged_at: float | None
+
+    @property
+    def describe(self) -> str:
+        """Where it converges, or why it has no convergence point."""
+        if len(self.tokens) < MIN_POINTS:
+            return f"has too few points ({len(self.tokens)} < {MIN_POINTS})"
+        if self.converged_at is None:
+            return "has not converged (its last point is outside the band)"
+        return f"converges at {self.converged_at:,.0f} tokens seen"
+
+
+def make_curve(key: str, points: Iterable[tuple[Any, Any]]) -> Curve:
+    """A curve from (tokens_seen, value) pairs; points without either are dropped and a
+    repeated x keeps its last value (a resumed run logs a step again)."""
+    by_x: dict[float, float] = {}
+    for x, y in points:
+        if finite(x) is not None and finite(y) is not None:
+            by_x[float(x)] = float(y)
+    xs = sorted(by_x)
+    ys = [by_x[x] for x in xs]
+    converged = stats.convergence_point(xs, ys) if len(xs) >= MIN_POINTS else None
+    return Curve(key, xs, ys, converged)
+
+
+def probe_curve(cps: Sequence[Checkpoint], key: str) -> Curve:
+    return make_curve(key, ((c.tokens_seen, c.metrics.get(key)) for c in cps))
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """Perplexity and validity curves with their convergence points."""
+
+    ppl: Curve
+    validity: dict[str, Curve]  # by metric key; only keys some checkpoint has
+
+    def ratio_to_ppl(self, tokens: float | None) -> float | None:
+        """tokens / perplexity's convergence tokens; None when either is missing."""
+        base = self.ppl.converged_at
+        return tokens / base if tokens is not None and base else None
+
+    @property
+    def validity_tokens(self) -> float | None:
+        headline = self.validity.get(HEADLINE_KEY)
+        return headline.converged_at if headline else None
+
+    @property
+    def ratio(self) -> float | None:
+        """The headline: validity (``all/all/partial``) over perplexity convergence tokens."""
+        return self.ratio_to_ppl(self.validity_tokens)
+
+    def explain(self) -> str:
+        """The headline ratio, or why there is none, in one line."""
+        if self.ratio is not None:
+            return (
+                f"Level 0 validity converges after {self.ratio:.2f}x the tokens of perplexity "
+                f"({self.validity_tokens:,.0f} vs {self.ppl.converged_at:,.0f} tokens seen)"
+            )
+        headline = self.validity.get(HEADLINE_KEY)
+        validity = headline.describe if headline else "has no records"
+        return f"No validity/perplexity ratio: val/ppl {self.ppl.describe}, Level 0 validity {validity}"
+
+
+def convergence(metrics_rows: Iterable[dict[str, Any]], probe_rows: Iterable[dict[str, Any]]) -> Convergence:
+    """Convergence of ``val/ppl`` and of Level 0 partial/strict validity (all, en, ja, ko,
+    zh) against tokens seen, all by the same relative-band rule."""
+    ppl = make_curve(PPL_KEY, ((r.get("tokens_seen"), r.get(PPL_KEY)) for r in metrics_rows))
+    cps = checkpoints(probe_rows)
+    present = {k for c in cps for k in c.metrics}
+    validity = {key: probe_curve(cps, key) for key in VALIDITY_KEYS if key in present}
+    return Convergence(ppl, validity)
+
+
+def mcqa_tasks(cps: Sequence[Checkpoint]) -> list[str]:
+    """Every task name under ``probe/mcqa/``, sorted (``all`` holds the probe's own averages)."""
+    tasks = {k.split("/")[2] for c in cps for k in c.metrics if k.startswith("probe/mcqa/")}
+    return sorted(tasks - {"all"})
+
+
+def _sep_merged_tau(cps: Sequence[Checkpoint], task: str, notes: list[str]) -> float:
+    """Do the two letter strategies rank the checkpoints alike? Kendall tau-b over checkpoints."""
+    pairs = [
+        (c.value(f"probe/mcqa/{task}/letter_separate/acc"), c.value(f"probe/mcqa/{task}/letter_merged/acc"))
+        for c in cps
+    ]
+    both = [(sep, merged) for sep, merged in pairs if sep is not None and merged is not None]
+    if len(both) < MIN_POINTS:
+        notes.append(f"{task}: Kendall tau needs {MIN_POINTS} checkpoints with both letter accuracies")
+        return math.nan
+    tau = stats.kendall_tau_b(*zip(*both, strict=True))
+    if math.isnan(tau):
+        notes.append(f"{task}: Kendall tau undefined (an accuracy is constant across checkpoints)")
+    return tau
+
+
+def wrapper_cells(cps: Sequence[Checkpoint]) -> list[tuple[str, str, str, float, float]]:
+    """(checkpoint, task, wrapper family, acc, parsable) for every cell that has both."""
+    cells = []
+    for c in cps:
+        for key in sorted(c.metrics):
+            m = _WRAPPER_ACC.match(key)
+            if m is None or m.group(1) == "all":
+                continue
+            acc, parsable = c.value(key), c.value(key.removesuffix("/acc") + "/parsable")
+            if acc is not None and parsable is not None:
+                cells.append((c.key, m.group(1), m.group(2), acc, parsable))
+    return cells
+
+
+def _parsability(cells: list[tuple[str, str, str, float, float]], notes: list[str]) -> dict[str, float]:
+    """Does accuracy follow parsability across wrappers? Pearson r over cells, and the slope
+    of A = beta * P + alpha_checkpoint + gamma_task + delta_wrapper with its SE."""
+    out = {"probe/mcqa/all/cells": float(len(cells))}
+    r = beta = se = math.nan
+    if len(cells) < MIN_POINTS:
+        notes.append(f"wrappers: {len(cells)} (checkpoint, task, wrapper) cells, need {MIN_POINTS}")
+    else:
+        ckpt, task, family, acc, parsable = zip(*cells, strict=True)
+        r = stats.pearson_r(parsable, acc)
+        if math.isnan(r):
+            notes.append("wrappers: Pearson r undefined (accuracy or parsability is constant)")
+        try:
+            beta, se = stats.fixed_effects_fit(
+                acc, parsable, {"checkpoint": ckpt, "task": task, "wrapper": family}
+            )
+        except ValueError as err:
+            notes.append(f"wrappers: no fixed-effects fit ({str(err).removeprefix('fixed_effects_fit: ')})")
+    out |= {
+        "probe/mcqa/all/acc_parsable_r": r,
+        "probe/mcqa/all/parsability_beta": beta,
+        "probe/mcqa/all/parsability_beta_se": se,
+    }
+    return out
+
+
+def mcqa_series(probe_rows: Iterable[dict[str, Any]], notes: list[str] | None = None) -> dict[str, float]:
+    """MCQA statistics across checkpoints, as flat ``probe/mcqa/...`` keys.
+
+    Per task with letter accuracies, ``<task>/kendall_tau_sep_merged``; over all
+    (checkpoint, task, wrapper_<family>) cells, ``all/acc_parsable_r``,
+    ``all/parsability_beta``, ``all/parsability_beta_se`` and ``all/cells``. A statistic
+    the data cannot support is NaN, and the reason is appended to ``notes``.
+    """
+    notes = [] if notes is None else notes
+    cps = checkpoints(probe_rows)
+    out = {}
+    for task in mcqa_tasks(cps):
+        letter = (f"probe/mcqa/{task}/letter_separate/acc", f"probe/mcqa/{task}/letter_merged/acc")
+        if any(k in c.metrics for c in cps for k in letter):
+            out[f"probe/mcqa/{task}/kendall_tau_sep_merged"] = _sep_merged_tau(cps, task, notes)
+    return out | _parsability(wrapper_cells(cps), notes)
+
+
+def task_group(task: str) -> str:
+    """``wordcomp_<lang>`` and ``nonsenseqa_<lang>`` pool over languages; a benchmark stands alone."""
+    head = task.split("_")[0]
+    return head if head in ("wordcomp", "nonsenseqa") else task
+
+
+def task_groups(cps: Sequence[Checkpoint]) -> dict[str, list[str]]:
+    """MCQA tasks by group, word completion and NonsenseQA first."""
+    groups: dict[str, list[str]] = {}
+    for task in mcqa_tasks(cps):
+        groups.setdefault(task_group(task), []).append(task)
+    order = {"wordcomp": 0, "nonsenseqa": 1}
+    return dict(sorted(groups.items(), key=lambda kv: (order.get(kv[0], 2), kv[0])))
+
+
+def group_mean_curve(cps: Sequence[Checkpoint], tasks: Sequence[str], suffix: str) -> Curve:
+    """Mean over ``tasks`` of ``probe/mcqa/<task>/<suffix>`` at each checkpoint, over the
+    tasks that have it there."""
+    points = []
+    for c in cps:
+        values = [v for t in tasks if (v := c.value(f"probe/mcqa/{t}/{suffix}")) is not None]
+        points.append((c.tokens_seen, sum(values) / len(values) if values else None))
+    return make_curve(f"probe/mcqa/<{','.join(tasks)}>/{suffix}", points)

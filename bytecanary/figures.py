@@ -1,0 +1,249 @@
+"""The report's figures: convergence, Level 0 tiers and MCQA protocols over training.
+
+Every x-axis is tokens seen on a log scale, the x-axis of every W&B chart too. Figures
+are drawn on matplotlib ``Figure`` objects with the Agg canvas, never through pyplot's
+global backend, so calling the report from a notebook leaves its plotting alone. A
+figure whose data is absent says so in its panel instead of failing: a run may have
+perplexity only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bytecanary import analysis
+from bytecanary.analysis import LANGUAGES, TIERS, Checkpoint, Convergence, Curve
+
+DPI = 120
+STYLE = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 9}
+LANG_COLORS = {"all": "black", "en": "tab:blue", "ja": "tab:red", "ko": "tab:green", "zh": "tab:orange"}
+TIER_COLORS = dict(zip(TIERS, ("tab:blue", "tab:green", "tab:orange", "tab:red", "tab:purple"), strict=True))
+PROTOCOLS = {  # MCQA protocol -> (label, color, line style)
+    "letter_separate": ("letter, separate", "tab:blue", "-"),
+    "letter_merged": ("letter, merged", "tab:blue", "--"),
+    "cloze": ("cloze", "tab:green", "-"),
+    "dashed": ("M&D (dashed)", "tab:purple", "-"),
+}
+GROUP_TITLES = {"wordcomp": "word completion (embedded)", "nonsenseqa": "NonsenseQA"}
+NONSENSE_CHANCE = 0.25
+TOKENS_LABEL = "tokens seen (log scale)"
+
+
+def _figure(nrows: int, ncols: int, size: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kwargs)
+    return fig, axes
+
+
+def _save(fig: Any, path: Path) -> None:
+    fig.savefig(path, dpi=DPI)
+
+
+def _empty(ax: Any, message: str) -> None:
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="gray")
+
+
+def _si(tokens: float) -> str:
+    """400000 -> 400k, 2000000 -> 2M: token counts a reader takes in at a glance."""
+    for factor, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if tokens >= factor:
+            return f"{tokens / factor:g}{suffix}"
+    return f"{tokens:g}"
+
+
+def _plain_log_labels(axis: Any, fmt: Callable[[float], str]) -> None:
+    """Plain numbers on a log axis instead of 2x10^4: every decade, and between decades
+    2 and 5 when the axis spans under 300x (every tick under 10x)."""
+    from matplotlib.ticker import FuncFormatter
+
+    def minor(value: float, _: Any) -> str:
+        lo, hi = axis.get_view_interval()
+        span = hi / lo if lo > 0 else math.inf
+        lead = round(value / 10 ** math.floor(math.log10(value)))
+        return fmt(value) if span < 10 or (span < 300 and lead in (2, 5)) else ""
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _: fmt(value)))
+    axis.set_minor_formatter(FuncFormatter(minor))
+
+
+def _tokens_axis(ax: Any) -> None:
+    """Log x-axis of tokens seen with plain labels, once the axis holds data."""
+    if ax.lines:
+        ax.set_xscale("log")
+        _plain_log_labels(ax.xaxis, _si)
+
+
+def _positive(curve: Curve) -> tuple[list[float], list[float]]:
+    """Points a log axis can show (a checkpoint at 0 tokens cannot)."""
+    pairs = [(x, y) for x, y in zip(curve.tokens, curve.values, strict=True) if x > 0]
+    return [x for x, _ in pairs], [y for _, y in pairs]
+
+
+def _plot(ax: Any, curve: Curve, mark: bool = False, **style: Any) -> bool:
+    """Draw a curve (False when it has no point to draw), with its convergence point as a
+    large dot when ``mark``."""
+    xs, ys = _positive(curve)
+    if not xs:
+        return False
+    ax.plot(xs, ys, marker="o", markersize=3, **style)
+    if mark and curve.converged_at:
+        y = curve.values[curve.tokens.index(curve.converged_at)]
+        ax.plot([curve.converged_at], [y], "o", markersize=9, mfc="none", mew=2, color=style.get("color"))
+    return True
+
+
+def _convergence_lines(axes: Sequence[Any], conv: Convergence) -> None:
+    """Vertical lines at the perplexity and headline validity convergence points, in every panel."""
+    for x, style, label in (
+        (conv.ppl.converged_at, ":", "val/ppl converges"),
+        (conv.validity_tokens, "-.", "validity (all, partial) converges"),
+    ):
+        if x:
+            for i, ax in enumerate(axes):
+                ax.axvline(x, color="gray", linestyle=style, linewidth=1.2, label=label if i == 0 else None)
+
+
+def plot_convergence(conv: Convergence, path: Path) -> None:
+    """Perplexity (log y) above Level 0 validity, partial solid and strict dashed per language."""
+    import matplotlib
+    from matplotlib.lines import Line2D
+
+    with matplotlib.rc_context(STYLE):
+        fig, axes = _figure(2, 1, (10, 8), sharex=True)
+        top, bottom = axes[:, 0]
+        if _plot(top, conv.ppl, mark=True, color="black", label="val/ppl"):
+            top.set_yscale("log")
+            _plain_log_labels(top.yaxis, lambda v: f"{v:,.0f}")
+        else:
+            _empty(top, "no val/ppl in metrics.jsonl")
+        top.set_ylabel("validation perplexity (log scale)")
+        drawn = False
+        for key, curve in conv.validity.items():
+            style = "--" if key.endswith("/strict") else "-"
+            drawn |= _plot(bottom, curve, mark=True, color=LANG_COLORS[key.split("/")[2]], linestyle=style)
+        if not drawn:
+            _empty(bottom, "no Level 0 probe records (probes.jsonl)")
+        bottom.set_ylabel("Level 0 validity V (0-1)")
+        bottom.set_xlabel(TOKENS_LABEL)
+        _convergence_lines([top, bottom], conv)
+        for ax in (top, bottom):
+            _tokens_axis(ax)
+            ax.grid(True, which="major", alpha=0.3)
+        if top.get_legend_handles_labels()[0]:
+            top.legend(loc="upper right")
+        langs = dict.fromkeys(k.split("/")[2] for k in conv.validity)
+        handles = [Line2D([], [], color=LANG_COLORS[lang], label=lang) for lang in langs]
+        handles += [
+            Line2D([], [], color="gray", linestyle="-", label="V partial"),
+            Line2D([], [], color="gray", linestyle="--", label="V strict"),
+            Line2D([], [], color="gray", marker="o", mfc="none", mew=2, linestyle="", label="converges"),
+        ]
+        if drawn:
+            bottom.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        fig.suptitle(conv.explain())
+        _save(fig, path)
+
+
+def plot_tiers(cps: Sequence[Checkpoint], path: Path) -> None:
+    """V partial by frequency tier over training, one panel per language."""
+    import matplotlib
+
+    with matplotlib.rc_context(STYLE):
+        fig, axes = _figure(2, 2, (11, 7.5), sharex=True, sharey=True)
+        any_drawn = False
+        for ax, lang in zip(axes.ravel(), LANGUAGES, strict=True):
+            for tier in TIERS:
+                curve = analysis.probe_curve(cps, analysis.level0_key(lang, tier, "partial"))
+                any_drawn |= _plot(ax, curve, color=TIER_COLORS[tier], label=tier)
+            ax.set_title(lang)
+            ax.grid(True, alpha=0.3)
+            _tokens_axis(ax)
+        if not any_drawn:
+            fig.clear()
+            ax = fig.subplots()
+            ax.set_axis_off()
+            _empty(ax, "no Level 0 tier metrics (probes.jsonl)")
+        else:
+            for ax in axes[:, 0]:
+                ax.set_ylabel("V partial (0-1)")
+            for ax in axes[1, :]:
+                ax.set_xlabel(TOKENS_LABEL)
+            handles, labels = next(
+                (ax.get_legend_handles_labels() for ax in axes.ravel() if ax.lines), ([], [])
+            )
+            fig.legend(handles, labels, loc="outside right center", title="tier")
+        fig.suptitle("Level 0 validity (partial) by character frequency tier")
+        _save(fig, path)
+
+
+def _accuracy_panel(ax: Any, cps: Sequence[Checkpoint], group: str, tasks: list[str]) -> None:
+    for protocol, (label, color, style) in PROTOCOLS.items():
+        _plot(
+            ax,
+            analysis.group_mean_curve(cps, tasks, f"{protocol}/acc"),
+            color=color,
+            linestyle=style,
+            label=label,
+        )
+    if group == "nonsenseqa":
+        ax.axhline(NONSENSE_CHANCE, color="gray", linewidth=1, label="chance (0.25)")
+    title = GROUP_TITLES.get(group, group)
+    langs = ", ".join(t.removeprefix(f"{group}_") for t in tasks)
+    ax.set_title(f"{title}\nmean of {langs}" if len(tasks) > 1 else title)
+    ax.set_ylabel("accuracy (0-1)")
+    ax.set_ylim(-0.02, 1.02)
+
+
+def _sensitivity_panel(ax: Any, cps: Sequence[Checkpoint], groups: dict[str, list[str]]) -> None:
+    colors = iter(("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:brown", "tab:pink"))
+    for group, tasks in groups.items():
+        color = next(colors, None)
+        for metric, style in (("fsi", "-"), ("psi", "--")):
+            curve = analysis.group_mean_curve(cps, tasks, metric)
+            _plot(ax, curve, color=color, linestyle=style, label=f"{metric.upper()} {group}")
+    if ax.lines:
+        ax.set_ylim(bottom=0)
+    else:
+        _empty(ax, "no FSI/PSI (wrapper protocols)")
+    ax.set_title("format (FSI) and parsability (PSI) sensitivity")
+    ax.set_ylabel("max - min over wrappers")
+
+
+def plot_mcqa(cps: Sequence[Checkpoint], path: Path) -> None:
+    """Accuracy of each protocol over training per task group (NonsenseQA with its chance
+    line), and FSI/PSI."""
+    import matplotlib
+
+    groups = analysis.task_groups(cps)
+    with matplotlib.rc_context(STYLE):
+        if not groups:
+            fig, axes = _figure(1, 1, (8, 4))
+            axes[0, 0].set_axis_off()
+            _empty(axes[0, 0], "no MCQA probe records (probes.jsonl)")
+            _save(fig, path)
+            return
+        n = len(groups) + 1
+        ncols = min(n, 3)
+        nrows = -(-n // ncols)
+        fig, axes = _figure(nrows, ncols, (5.2 * ncols, 4.3 * nrows), sharex=True)
+        panels = list(axes.ravel())
+        for ax, (group, tasks) in zip(panels, groups.items(), strict=False):
+            _accuracy_panel(ax, cps, group, tasks)
+        _sensitivity_panel(panels[len(groups)], cps, groups)
+        for ax in panels[n:]:
+            ax.set_visible(False)
+        for ax in panels[:n]:
+            _tokens_axis(ax)
+            if ax.lines:
+                ax.legend(loc="best")
+            ax.grid(True, alpha=0.3)
+            ax.set_xlabel(TOKENS_LABEL)
+        fig.suptitle("MCQA over training")
+        _save(fig, path)
