@@ -363,7 +363,7 @@ def log_to_wandb(
     training run's id, and ``wandb sync`` uploads folders of one run in start-time order."""
     import wandb
 
-    from bytecanary.tracking import finish_wandb, wandb_mode
+    from bytecanary.tracking import is_offline, wandb_mode
 
     run_id = wandb_run_id(data.run_dir)
     if run_id is None:
@@ -382,7 +382,8 @@ def log_to_wandb(
         run.log(media)
         run.summary.update(scalars)
     finally:
-        offline = finish_wandb() is not None
+        offline = is_offline(run)
+        run.finish()  # this run, not wandb.run: a trainer earlier in the process may have left its own
     return f"wandb sync {data.run_dir / 'wandb'}/offline-run-*-{run_id}" if offline else None
 
 

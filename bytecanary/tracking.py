@@ -30,6 +30,11 @@ def define_tokens_seen_axis(run: Any) -> None:
         run.define_metric(prefix, step_metric="tokens_seen")
 
 
+def is_offline(run: Any) -> bool:
+    """Lightning's WandbLogger(offline=True) sets WANDB_MODE=dryrun, W&B's old name for offline."""
+    return run.settings.mode in ("offline", "dryrun")
+
+
 def finish_wandb() -> str | None:
     """Finish the current run and flush it to disk (Lightning never calls finish);
     return the ``wandb sync`` command for an offline run."""
@@ -38,7 +43,7 @@ def finish_wandb() -> str | None:
     run = wandb.run
     offline_dir = None
     if run is not None:
-        offline_dir = run.dir.removesuffix("/files") if run.settings.mode == "offline" else None
+        offline_dir = run.dir.removesuffix("/files") if is_offline(run) else None
         wandb.finish()
     wandb.teardown()
     return f"wandb sync {offline_dir}" if offline_dir else None

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from bytecanary.analysis import mcqa_series
 from bytecanary.checkpoints import checkpoint_meta, gpt2_from_checkpoint, load_checkpoint, tokenizer_dir
 from bytecanary.errors import BytecanaryError
 from probes.records import append_record, done, make_record, read_records
@@ -197,42 +198,78 @@ TABLES = {
         [("term match", "all/term_match"), ("partial", "all/partial"), ("gold win", "all/gold_win_rate")],
         "{lang}/term_match",
     ),
-    "mcqa": ("MCQA (cloze accuracy by task)", [], None),
 }
+# MCQA headline: accuracy averaged over the embedded (word) and NonsenseQA (nonsense) tasks
+MCQA_COLUMNS = [
+    ("word sep", "wordcomp", "letter_separate/acc"),
+    ("word mrg", "wordcomp", "letter_merged/acc"),
+    ("word cloze", "wordcomp", "cloze/acc"),
+    ("word M&D", "wordcomp", "dashed/acc"),
+    ("nons sep", "nonsenseqa", "letter_separate/acc"),
+    ("nons M&D", "nonsenseqa", "dashed/acc"),
+    ("FSI", "all", "fsi"),
+    ("PSI", "all", "psi"),
+]
 
 
-def _abbrev(task: str, short: dict[str, str]) -> str:
-    head, _, lang = task.rpartition("_")
-    return f"{short.get(head, head)[:7]} {lang}"[:10] if head else task[:10]
+def _mcqa_cells(metrics: dict[str, float]) -> list[float | None]:
+    cells = []
+    for _, group, suffix in MCQA_COLUMNS:
+        if group == "all":
+            cells.append(metrics.get(f"probe/mcqa/all/{suffix}"))
+            continue
+        values = [
+            v for k, v in metrics.items() if k.startswith(f"probe/mcqa/{group}_") and k.endswith(suffix)
+        ]
+        cells.append(sum(values) / len(values) if values else None)
+    return cells
 
 
 def summary(out: Path) -> str:
-    """Per probe, one row per checkpoint: step, tokens, headline metrics, then by language."""
+    """Per probe, one row per checkpoint: step, tokens, headline metrics, then by language;
+    for MCQA, the cross-checkpoint statistics under the table."""
     by_probe: dict[str, dict[str, dict[str, Any]]] = {}
     for r in read_records(out):
-        if r["status"] == "ok" and r["probe"] in TABLES:
+        if r["status"] == "ok" and (r["probe"] in TABLES or r["probe"] == "mcqa"):
             by_probe.setdefault(r["probe"], {})[r["checkpoint"]] = r
     blocks = []
     for probe, records in by_probe.items():
-        title, headline, per_lang = TABLES[probe]
-        keys = {k for r in records.values() for k in r["metrics"]}
-        groups = sorted({k.split("/")[2] for k in keys} - {"all"})  # languages, or MCQA tasks
-        cols = [(name, f"probe/{probe}/{key}") for name, key in headline]
-        if per_lang:
-            cols += [(lang, f"probe/{probe}/{per_lang.format(lang=lang)}") for lang in groups]
+        if probe == "mcqa":
+            title, names = "MCQA (accuracy, mean over tasks)", [n for n, _, _ in MCQA_COLUMNS]
         else:
-            short = {"wordcomp": "word", "nonsenseqa": "nonsense"}
-            cols += [(_abbrev(task, short), f"probe/{probe}/{task}/cloze/acc") for task in groups]
-        lines = [title, f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(f"{n:>11}" for n, _ in cols)]
+            title, headline, per_lang = TABLES[probe]
+            keys = {k for r in records.values() for k in r["metrics"]}
+            langs = sorted({k.split("/")[2] for k in keys} - {"all"})
+            cols = [f"probe/{probe}/{key}" for _, key in headline]
+            cols += [f"probe/{probe}/{per_lang.format(lang=lang)}" for lang in langs]
+            names = [n for n, _ in headline] + langs
+        lines = [title, f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(f"{n:>11}" for n in names)]
         for key, r in sorted(records.items(), key=lambda kv: (kv[1]["step"] is None, kv[1]["step"] or 0)):
-            cells = "".join(
-                f"{r['metrics'][k]:>11.3f}" if k in r["metrics"] else f"{'-':>11}" for _, k in cols
-            )
+            m = r["metrics"]
+            values = _mcqa_cells(m) if probe == "mcqa" else [m.get(k) for k in cols]
+            cells = "".join(f"{v:>11.3f}" if v is not None else f"{'-':>11}" for v in values)
             tokens = f"{r['tokens_seen']:,}" if r["tokens_seen"] is not None else "-"
             step = r["step"] if r["step"] is not None else "-"
             lines.append(f"{Path(key.split('@')[0]).name[-28:]:<28}{step:>8}{tokens:>12}{cells}")
+        if probe == "mcqa" and len(records) > 1:
+            lines.append(_mcqa_series_line(list(records.values())))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def _mcqa_series_line(records: list[dict[str, Any]]) -> str:
+    """Kendall tau of the checkpoints' rankings under the two space strategies, and how
+    much of wrapper accuracy parsability explains (Pearson r, fixed-effects beta)."""
+    s = mcqa_series(records)
+    taus = {k.split("/")[2]: v for k, v in s.items() if k.endswith("kendall_tau_sep_merged")}
+    tau = "  ".join(f"{t} {v:+.2f}" for t, v in taus.items() if v == v)
+    nan = float("nan")
+    beta, se = s.get("probe/mcqa/all/parsability_beta", nan), s.get("probe/mcqa/all/parsability_beta_se", nan)
+    r = s.get("probe/mcqa/all/acc_parsable_r", nan)
+    return (
+        f"across checkpoints: Kendall tau (separate vs merged ranking) {tau or 'n/a'}\n"
+        f"accuracy vs parsability over wrapper cells: Pearson r {r:.3f}, beta {beta:.3f} +- {se:.3f}"
+    )
 
 
 def run(
@@ -276,6 +313,10 @@ def run(
                         probe_targets(fresh, probes, out_path, trial, eval_sets, device, wandb_run)
             except KeyboardInterrupt:
                 print("stopped watching")
+        if wandb_run is not None:  # cross-checkpoint statistics beside the per-checkpoint curves
+            mcqa = [r for r in read_records(out_path) if r["probe"] == "mcqa" and r["status"] == "ok"]
+            if len(mcqa) > 1:
+                wandb_run.summary.update(mcqa_series(mcqa))
     finally:
         if wandb_run is not None:
             from bytecanary.tracking import finish_wandb

@@ -16,18 +16,29 @@ def test_help_lists_commands(capsys):
     assert "demo" in capsys.readouterr().out
 
 
-def test_demo_prepares_trains_with_probes_and_summarises(tmp_path, capsys):
+def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capsys):
     config = write_config(tmp_path / "small.yaml")
     micro = tmp_path / "micro.yaml"
-    probes = [{"name": "level0", "per_language": 4}, {"name": "level1", "per_language": 4}]
-    micro.write_text(yaml.safe_dump({**MICRO, "probes": probes}))
+    mcqa = {"name": "mcqa", "embedded_per_language": 4, "nonsense_per_language": 4, "generative_per_task": 2}
+    probes = [{"name": "level0", "per_language": 4}, {"name": "level1", "per_language": 4}, mcqa]
+    micro.write_text(yaml.safe_dump({**MICRO, "probes": probes, "run": {**MICRO["run"], "wandb": True}}))
     args = ["demo", "--out", str(tmp_path / "runs" / "demo"), "--config", str(micro), "--steps", "6"]
     args += ["--data-config", str(config), "--data", str(tmp_path / "data")]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "validation perplexity:" in printed and "Level 1 (context-guided retrieval)" in printed
-    records = read_records(tmp_path / "runs" / "demo" / "probes.jsonl")
-    assert {r["probe"] for r in records} == {"level0", "level1"} and all(r["status"] == "ok" for r in records)
+    assert "MCQA (accuracy, mean over tasks)" in printed and "validity/perplexity tokens:" in printed
+    run = tmp_path / "runs" / "demo"
+    records = read_records(run / "probes.jsonl")
+    assert {r["probe"] for r in records} == {"level0", "level1", "mcqa"}
+    assert all(r["status"] == "ok" for r in records)
+    for name in ("convergence.png", "tiers.png", "mcqa.png"):
+        assert (run / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (
+        "| tokens seen" in (run / "report" / "report.md").read_text().lower()
+        or "tokens" in (run / "report" / "report.md").read_text()
+    )
+    assert "wandb sync" in printed and list((run / "wandb").glob("offline-run-*"))
     assert main(args) == 0  # a rerun continues the finished run: nothing more to train or probe
     assert len(read_records(tmp_path / "runs" / "demo" / "probes.jsonl")) == len(records)
 

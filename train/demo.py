@@ -2,9 +2,10 @@
 
 Prepares the default data (wordfreq corpus, 8K byte-fallback tokenizer, shards, eval
 sets), trains the tiny GPT-2 with checkpoints on a log-spaced + regular schedule, fires
-the Level 0 and Level 1 probes at every checkpoint, logs to an offline W&B run, then
-prints perplexity and probe tables. A rerun continues the same run (or only prints, when
-it is complete). The convergence report and the MCQA probes join it with their issues.
+the Level 0, Level 1 and MCQA probes at every checkpoint, logs to an offline W&B run,
+writes the convergence report (``bytecanary report``), then prints perplexity, the probe
+tables and where the report and the W&B run are. A rerun continues the same run (or only
+reports, when it is complete).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bytecanary.data.prepare import prepare
+from bytecanary.report import report_summary, write_report
 from probes.runner import summary
 from train.cli import latest_checkpoint
 from train.cli import main as train_main
@@ -51,4 +53,7 @@ def run_demo(
               f"{last['val/ppl']:.0f} at {last['tokens_seen']:,} tokens ({langs})")  # fmt: skip
     print()
     print(summary(run_dir / "probes.jsonl"))
+    print()
+    write_report(run_dir, wandb=True)  # figures and tables into the run's W&B run too
+    print(report_summary(run_dir))
     return 0

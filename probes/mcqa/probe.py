@@ -114,7 +114,7 @@ class McqaProbe(Probe):
         temperature: float = 0.6,
         top_k: int = 20,
         similarity: str = "tfidf",
-        generative_per_task: int | None = 64,
+        generative_per_task: int | None = None,
         batch_size: int = 32,
         seed: int = 0,
         trial: bool = True,
@@ -135,7 +135,8 @@ class McqaProbe(Probe):
             seeds: 0: one greedy generation per prompt; n: n sampled runs (seeds 0..n-1)
                 at ``temperature`` / ``top_k``, treated as repeats.
             generative_per_task: the generative protocols run on the first this many items
-                of each task (None: all); a generated answer costs far more than a scored one.
+                of each task (None: 32 with ``trial``, else all); a generated answer costs
+                far more than a scored one.
             similarity: how M&D matches an answer to an option: "tfidf" (character n-grams)
                 or a sentence-transformers model name or path.
             trial: at most 256 items per task; False: all of them.
@@ -191,7 +192,7 @@ class McqaProbe(Probe):
         seen: dict[str, int] = {}
         for item, shots in self._items(data_dir):
             seen[item.task] = seen.get(item.task, 0) + 1
-            limit = self.generative_per_task
+            limit = self.generative_per_task or (32 if self.trial else None)
             generative = self.generated if limit is None or seen[item.task] <= limit else []
             for r in range(len(item.choices) if self.permutations else 1):
                 shown = rotate(item, r)

@@ -59,6 +59,7 @@ def score_continuations(
                 real_RT[r, : len(c) - 1] = 1
             mask_RT = torch.cat([mask_BT[row_B], torch.ones_like(real_RT)], dim=1)
             pos_RT = pos_BT[row_B, -1:] + 1 + torch.arange(width, device=device)
+            pos_RT = torch.where(real_RT.bool(), pos_RT, pos_BT[row_B, -1:])  # padding stays in range
             res = model(
                 input_ids=inp_RT,
                 attention_mask=mask_RT,

@@ -56,3 +56,18 @@ def test_batched_scoring_equals_one_pass_per_continuation(random_model, byte_fal
                 lp = random_model(x).logits[0, :-1].log_softmax(-1).gather(-1, x[0, 1:, None]).squeeze(-1)
             want.append(lp[len(p) - 1 :].sum().item())
         np.testing.assert_allclose(g, want, atol=1e-4)
+
+
+def test_padding_of_short_continuations_stays_inside_the_context(random_model):
+    """A long continuation pads the short ones past n_positions; they must still score."""
+    n = random_model.config.n_positions
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(5, 100, n - 14).tolist(), rng.integers(5, 100, n - 3).tolist()]
+    conts = [[rng.integers(5, 100, 12).tolist(), [7]], [[8], [9, 10, 11]]]
+    got = score_continuations(random_model, prompts, conts, pad_id=0)
+    for p, cs, ll in zip(prompts, conts, got, strict=True):
+        for c, value in zip(cs, ll, strict=True):
+            x = torch.tensor([p + c])
+            with torch.no_grad():
+                lp = random_model(x).logits[0, :-1].log_softmax(-1).gather(-1, x[0, 1:, None]).squeeze(-1)
+            assert value == pytest.approx(lp[len(p) - 1 :].sum().item(), abs=1e-4)

@@ -140,3 +140,22 @@ def test_cli_writes_a_wandb_offline_run(trained_run, tmp_path):
     history = _wandb_history(runs[0])
     assert any(h.get("tokens_seen") == 4 * 8 * 32 and "probe/level0/all/all/partial" in h for h in history)
     assert json.loads(out.read_text().splitlines()[0])["status"] == "ok"
+
+
+def test_mcqa_summary_averages_task_groups_and_adds_the_series_line(tmp_path):
+    from probes.records import append_record, make_record
+    from probes.runner import summary
+
+    out = tmp_path / "p.jsonl"
+    for step, (sep, mrg) in enumerate([(0.2, 0.3), (0.5, 0.9), (0.7, 0.4)], start=1):
+        metrics = {
+            "probe/mcqa/wordcomp_en/letter_separate/acc": sep,
+            "probe/mcqa/wordcomp_ja/letter_separate/acc": sep + 0.1,
+            "probe/mcqa/wordcomp_en/letter_merged/acc": mrg,
+            "probe/mcqa/all/fsi": 0.1 * step,
+        }
+        append_record(out, make_record(f"s{step}.ckpt", step, step * 100, "mcqa", metrics, 1.0, None))
+    text = summary(out)
+    row = next(line for line in text.splitlines() if line.startswith("s3.ckpt")).split()
+    assert row[3:6] == ["0.750", "0.400", "-"] and row[-2:] == ["0.300", "-"]
+    assert "Kendall tau (separate vs merged ranking) wordcomp_en +0.33" in text
