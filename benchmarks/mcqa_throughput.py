@@ -1,9 +1,12 @@
-"""MCQA scoring throughput: shared-prompt batches vs one forward pass per choice.
+"""MCQA throughput: shared-prompt batches vs one forward pass per choice, and batched
+generation (M&D, wrappers) vs ``model.generate`` on one prompt at a time.
 
 Items mimic the embedded tasks on the tiny model: a prompt of 40-80 tokens and four
 choices of 1-4 tokens (cloze) or one token (letters). Ours runs each prompt once and all
 continuations in one more pass (``probes/mcqa/scoring.py``); the reference runs
 prompt + choice for every choice, unbatched. Both must give the same log-likelihoods.
+Generation: prompts of 100-140 tokens (a padded wrapper), 24 greedy new tokens; ours is
+``probes/engine.generate`` (left-padded batches, no prompt scoring); the tokens must match.
 
     python benchmarks/mcqa_throughput.py [--checkpoint runs/tiny/checkpoints/last.ckpt] [--items 256]
 """
@@ -18,6 +21,7 @@ import numpy as np
 import torch
 
 from bytecanary.checkpoints import gpt2_from_checkpoint, load_checkpoint
+from probes.engine import generate
 from probes.mcqa.scoring import score_continuations
 
 
@@ -71,6 +75,25 @@ def main() -> None:
             f"{'':<10}{'shared-prompt batches (ours)':<34}{args.items / t_ours:>10.1f}{t_ref / t_ours:>8.2f}"
         )
         print(f"{'':<10}max |difference| of log-likelihoods {worst:.1e}")
+    eos = model.config.eos_token_id
+    gen_prompts = [rng.integers(260, vocab, rng.integers(100, 141)).tolist() for _ in range(args.items // 4)]
+    start = time.perf_counter()
+    ref_tokens = [
+        model.generate(
+            input_ids=torch.tensor([p]), do_sample=False, max_new_tokens=24, eos_token_id=eos, pad_token_id=0
+        )[0, len(p) :].tolist()
+        for p in gen_prompts
+    ]
+    t_ref = time.perf_counter() - start
+    start = time.perf_counter()
+    ours = generate(model, gen_prompts, 24, eos, 0, batch_size=6 * args.batch, score_prompt=False)
+    t_ours = time.perf_counter() - start
+    mine = [ours.tokens[i, : ours.lengths[i]].tolist() for i in range(len(gen_prompts))]
+    assert mine == [r[: r.index(eos) + 1] if eos in r else r for r in ref_tokens], "generated tokens differ"
+    n = len(gen_prompts)
+    print(f"{'generate':<10}{'model.generate, one prompt':<34}{n / t_ref:>10.1f}{1.0:>8.2f}")
+    print(f"{'':<10}{'left-padded batches (ours)':<34}{n / t_ours:>10.1f}{t_ref / t_ours:>8.2f}")
+    print(f"{'':<10}generated tokens identical ({n} prompts, up to 24 new tokens)")
 
 
 if __name__ == "__main__":

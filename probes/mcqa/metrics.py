@@ -62,7 +62,8 @@ def generated_metrics(
 ) -> dict[str, float]:
     """Generative protocols from (items, seeds) predicted options (-1: none): ``acc`` over
     every generation; wrappers add ``parsable`` and the ``_normalised`` pair, M&D the
-    share of answers each extraction rule produced (``rule_<name>``) and ``matched``."""
+    share of answers each extraction rule produced (``rule_<name>``), ``matched`` (share
+    that resembles some option) and ``acc_matched`` (accuracy among those)."""
     answers = np.asarray(answers)[:, None]
     out = {"acc": float((pred == answers).mean())}
     if normalised is not None:
@@ -71,5 +72,7 @@ def generated_metrics(
         out["parsable_normalised"] = float((normalised >= 0).mean())
     if rules is not None:
         out.update({f"rule_{r}": float((rules == r).mean()) for r in RULES})
-        out["matched"] = float((pred >= 0).mean())
+        matched = pred >= 0
+        out["matched"] = float(matched.mean())
+        out["acc_matched"] = float((pred == answers)[matched].mean()) if matched.any() else float("nan")
     return out

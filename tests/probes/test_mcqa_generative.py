@@ -186,6 +186,11 @@ def test_generated_metrics_equal_generate_on_each_prompt_alone(wide_model, byte_
         dashed_acc = np.mean([r["dashed"]["prediction"][0] == r["answer"] for r in mine])
         assert got[f"probe/mcqa/{task}/dashed/acc"] == pytest.approx(dashed_acc)
         assert got[f"probe/mcqa/{task}/dashed/chance_distance"] == pytest.approx(abs(dashed_acc - 0.25))
+        hits = [
+            r["dashed"]["prediction"][0] == r["answer"] for r in mine if r["dashed"]["prediction"][0] >= 0
+        ]
+        assert got[f"probe/mcqa/{task}/dashed/matched"] == pytest.approx(len(hits) / len(mine))
+        assert got[f"probe/mcqa/{task}/dashed/acc_matched"] == pytest.approx(np.mean(hits), nan_ok=True)
         rules = sum(got[f"probe/mcqa/{task}/dashed/rule_{r}"] for r in ("answer_is", "answer_colon",
                     "option_text", "last_sentence", "none"))  # fmt: skip
         assert rules == pytest.approx(1.0)
@@ -200,6 +205,6 @@ def test_sampled_generation_is_the_same_sharded(wide_model, byte_fallback_tokeni
     assert sum(bool(v.prompts) for v in views) == 6
     single = probe.compute(wide_model, byte_fallback_tokenizer, views)
     shards = [probe.compute(wide_model, byte_fallback_tokenizer, views, rank=r, world=2) for r in range(2)]
-    assert probe.aggregate(views, shards) == probe.aggregate(views, [single])
+    np.testing.assert_equal(probe.aggregate(views, shards), probe.aggregate(views, [single]))  # nan == nan
     texts = single["generated"]
     assert texts.shape[2] == 2 and (texts[:, :, 0] != texts[:, :, 1]).any()  # two seeds, two samples
