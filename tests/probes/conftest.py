@@ -68,3 +68,17 @@ def eval_dir(tmp_path_factory):
         )
     (folder / "level1.json").write_text(json.dumps(LEVEL1, ensure_ascii=False))
     return root
+
+
+def generate_alone(model, ids, max_new_tokens, tok) -> list[int]:
+    """``model.generate`` greedy on one prompt, no padding: the reference for the engine;
+    the tokens up to and including eos."""
+    out = model.generate(
+        input_ids=torch.tensor([ids]),
+        attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )[0, len(ids) :].tolist()
+    return out[: out.index(tok.eos_token_id) + 1] if tok.eos_token_id in out else out

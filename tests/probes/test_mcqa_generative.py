@@ -7,13 +7,14 @@ import re
 
 import numpy as np
 import pytest
-import torch
 
 from probes import get_probe
 from probes.mcqa import wrappers
 from probes.mcqa.dashed import Matcher, extract, tfidf_similarities
 from probes.mcqa.prompts import content, dashed
 from probes.mcqa.tasks import McqaItem
+
+from .conftest import generate_alone
 
 CHOICES = ("the red house", "a blue car", "green tea", "black cat")
 
@@ -145,16 +146,8 @@ def test_generated_metrics_equal_generate_on_each_prompt_alone(wide_model, byte_
     matcher = Matcher()
     for view, row in zip(views, rows, strict=True):
         for p, ids in view.prompts.items():
-            ref = wide_model.generate(
-                input_ids=torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                do_sample=False,
-                max_new_tokens=24,
-                eos_token_id=tok.eos_token_id,
-                pad_token_id=tok.pad_token_id,
-            )[0, len(ids) :].tolist()
-            if tok.eos_token_id in ref:
-                ref = ref[: ref.index(tok.eos_token_id)]
+            ref = generate_alone(wide_model, ids, 24, tok)
+            ref = ref[:-1] if ref and ref[-1] == tok.eos_token_id else ref
             raw = b"".join(
                 bytes([int(t[3:5], 16)])
                 if re.fullmatch(r"<0x[0-9A-F]{2}>", t)

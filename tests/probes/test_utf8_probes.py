@@ -13,6 +13,8 @@ from probes.engine import Sampling, generate
 from probes.reference import py_score, reference_metrics
 from probes.utf8_probe import my_batches
 
+from .conftest import generate_alone
+
 
 def test_engine_tokens_equal_generate_on_each_prompt_alone(random_model, byte_fallback_tokenizer):
     tok = byte_fallback_tokenizer
@@ -22,16 +24,7 @@ def test_engine_tokens_equal_generate_on_each_prompt_alone(random_model, byte_fa
     bare = generate(random_model, prompts, 6, tok.eos_token_id, tok.pad_token_id, 16, score_prompt=False)
     assert np.array_equal(bare.tokens, out.tokens) and np.allclose(bare.logprobs, out.logprobs, atol=1e-5)
     for i, p in enumerate(prompts):
-        ref = random_model.generate(
-            input_ids=torch.tensor([p]),
-            attention_mask=torch.ones(1, len(p), dtype=torch.long),
-            do_sample=False,
-            max_new_tokens=6,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-        )[0, len(p) :].tolist()
-        if tok.eos_token_id in ref:
-            ref = ref[: ref.index(tok.eos_token_id) + 1]
+        ref = generate_alone(random_model, p, 6, tok)
         assert out.tokens[i, : out.lengths[i]].tolist() == ref
         x = torch.tensor([p + ref])
         with torch.no_grad():
