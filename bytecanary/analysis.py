@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bytecanary import stats
+from bytecanary.data.languages import LANGUAGES
 
-LANGUAGES = ("en", "ja", "ko", "zh")
-TIERS = ("common", "uncommon", "rare", "unseen", "unseen_3b")
 PPL_KEY = "val/ppl"
 HEADLINE_KEY = "probe/level0/all/all/partial"
 MIN_POINTS = 3  # fewer checkpoints (or cells) than this: no convergence point, tau or fit

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from bytecanary import analysis
-from bytecanary.analysis import LANGUAGES, TIERS, Checkpoint, Convergence, Curve
+from bytecanary.analysis import Checkpoint, Convergence, Curve
+from bytecanary.data.evalsets import TIERS
+from bytecanary.data.languages import LANGUAGES
 
 DPI = 120
 STYLE = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 9}

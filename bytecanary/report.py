@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from bytecanary import analysis, figures
-from bytecanary.analysis import LANGUAGES, TIERS, Checkpoint, Convergence, Curve
+from bytecanary.analysis import Checkpoint, Convergence, Curve
+from bytecanary.data.evalsets import TIERS
+from bytecanary.data.languages import LANGUAGES
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_dir, read_text
 

@@ -14,12 +14,14 @@ import pytest
 
 from bytecanary import analysis, figures
 from bytecanary.cli import main
+from bytecanary.data.evalsets import TIERS
+from bytecanary.data.languages import LANGUAGES
 from bytecanary.errors import BytecanaryError
 from bytecanary.report import read_jsonl, report_summary, write_report
 
 TOKENS = [20_000 * k for k in range(1, 21)]  # 2e4 .. 4e5
 PPL_AT, VALIDITY_AT = 100_000, 200_000
-TASKS = [f"{kind}_{lang}" for kind in ("wordcomp", "nonsenseqa") for lang in analysis.LANGUAGES]
+TASKS = [f"{kind}_{lang}" for kind in ("wordcomp", "nonsenseqa") for lang in LANGUAGES]
 FAMILIES = ("plain", "json", "structured", "structured_delim", "deliberate")
 
 
@@ -33,10 +35,10 @@ def _validity(t: int, top: float) -> float:
 
 def _level0(t: int) -> dict[str, float]:
     m = {}
-    for lang in ("all", *analysis.LANGUAGES):
+    for lang in ("all", *LANGUAGES):
         m[f"probe/level0/{lang}/all/partial"] = _validity(t, 0.9)
         m[f"probe/level0/{lang}/all/strict"] = _validity(t, 0.6)
-        for i, tier in enumerate(analysis.TIERS):
+        for i, tier in enumerate(TIERS):
             m[f"probe/level0/{lang}/{tier}/partial"] = _validity(t, 0.95 - 0.1 * i) if lang != "all" else 0.0
     return m
 
