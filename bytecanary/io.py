@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bytecanary.errors import BytecanaryError
+
 
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
@@ -41,14 +43,34 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 def read_text(path: str | Path, what: str = "file") -> str:
     """A UTF-8 text file; a missing file or a non-UTF-8 byte is one error naming the file."""
-    from bytecanary.errors import BytecanaryError
-
     try:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise BytecanaryError(f"{path}: no such {what}") from None
     except UnicodeDecodeError as err:
         raise BytecanaryError(f"{path}: not UTF-8 ({err.reason} at byte {err.start})") from None
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The objects of a JSONL file. A malformed line is an error naming ``file:line``; an
+    unterminated last line is a write in flight (or torn by a crash) and is skipped, as
+    ``probes.jsonl`` readers do."""
+    text = read_text(path, "JSONL file")
+    lines = text.split("\n")
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            if number == len(lines):
+                break
+            raise BytecanaryError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise BytecanaryError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
 
 
 def write_json(path: str | Path, obj: Any) -> None:

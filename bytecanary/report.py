@@ -10,7 +10,6 @@ unless it can be online).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from bytecanary.analysis import Checkpoint, Convergence, Curve
 from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import atomic_dir, read_text
+from bytecanary.io import atomic_dir, read_jsonl, read_text
 
 REPORT_DIR = "report"
 FIGURES = ("convergence", "tiers", "mcqa")
@@ -42,28 +41,6 @@ _TASK_COLUMNS = [  # (column, key under probe/mcqa/<task>/, format)
     *((name, name, ".3f") for name in ("fsi", "fsi_lo", "fsi_hi", "psi", "psi_lo", "psi_hi", "nfsi")),
     ("n", "n", ",.0f"),
 ]
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The objects of a JSONL file. A malformed line is an error naming ``file:line``; an
-    unterminated last line is a write in flight (or torn by a crash) and is skipped, as
-    ``probes.jsonl`` readers do."""
-    text = read_text(path, "JSONL file")
-    lines = text.split("\n")
-    rows = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            if number == len(lines):
-                break
-            raise BytecanaryError(f"{path}:{number}: not valid JSON ({err.msg})") from None
-        if not isinstance(row, dict):
-            raise BytecanaryError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from bytecanary.cli import main
 from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.errors import BytecanaryError
-from bytecanary.report import read_jsonl, report_summary, write_report
+from bytecanary.io import read_jsonl
+from bytecanary.report import report_summary, write_report
 
 TOKENS = [20_000 * k for k in range(1, 21)]  # 2e4 .. 4e5
 PPL_AT, VALIDITY_AT = 100_000, 200_000

@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from bytecanary.io import atomic_path
+from bytecanary.io import atomic_path, read_jsonl
 from bytecanary.tracking import wandb_mode
 
 
@@ -87,8 +87,7 @@ class TruncateMetricsOnStart(Callback):
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a ``metrics.jsonl``."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    return read_jsonl(path)
 
 
 def make_wandb_logger(run_dir: Path, name: str, project: str, group: str | None) -> WandbLogger:
