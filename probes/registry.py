@@ -68,5 +68,5 @@ def get_probe(name: str, **params: Any) -> Probe:
         raise BytecanaryError(f"unknown probe {name!r}{hint}; known: {', '.join(sorted(PROBES))}")
     try:
         return PROBES[name](**params)
-    except TypeError as err:
+    except (TypeError, ValueError) as err:  # an unknown or invalid argument: the user's config
         raise BytecanaryError(f"probe {name!r}: {err}") from None

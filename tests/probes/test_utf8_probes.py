@@ -109,6 +109,8 @@ def test_registry():
         get_probe("levl0")
     with pytest.raises(BytecanaryError, match="unexpected keyword"):
         get_probe("level0", bogus=1)
+    with pytest.raises(BytecanaryError, match="probe 'mcqa': unknown protocols \\['dashd'\\]"):
+        get_probe("mcqa", protocols=["dashd"])
 
 
 def test_sampling_is_seeded_and_top_k_1_is_greedy(random_model, byte_fallback_tokenizer):
