@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from bytecanary.analysis import mcqa_series
 from bytecanary.checkpoints import checkpoint_meta, gpt2_from_checkpoint, load_checkpoint, tokenizer_dir
+from bytecanary.data.evalsets import TIERS
 from bytecanary.errors import BytecanaryError
 from probes.records import append_record, done, make_record, read_records
 from probes.registry import get_probe
@@ -247,14 +248,31 @@ def summary(out: Path) -> str:
         for key, r in sorted(records.items(), key=lambda kv: (kv[1]["step"] is None, kv[1]["step"] or 0)):
             m = r["metrics"]
             values = _mcqa_cells(m) if probe == "mcqa" else [m.get(k) for k in cols]
-            cells = "".join(f"{v:>11.3f}" if v is not None else f"{'-':>11}" for v in values)
+            cells = _cells(values)
             tokens = f"{r['tokens_seen']:,}" if r["tokens_seen"] is not None else "-"
             step = r["step"] if r["step"] is not None else "-"
             lines.append(f"{Path(key.split('@')[0]).name[-28:]:<28}{step:>8}{tokens:>12}{cells}")
         if probe == "mcqa" and len(records) > 1:
             lines.append(_mcqa_series_line(list(records.values())))
+        if probe == "level0":
+            lines += _tier_lines(max(records.values(), key=lambda r: r["step"] or 0))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def _cells(values: list[float | None]) -> str:
+    return "".join(f"{v:>11.3f}" if v is not None else f"{'-':>11}" for v in values)
+
+
+def _tier_lines(record: dict[str, Any]) -> list[str]:
+    """V_partial by language and frequency tier at one checkpoint (the last probed)."""
+    m = record["metrics"]
+    langs = sorted({k.split("/")[2] for k in m} - {"all"})
+    lines = [f"{'partial by tier, step ' + str(record['step']):<28}" + "".join(f"{t:>11}" for t in TIERS)]
+    lines += [
+        f"{lang:<28}" + _cells([m.get(f"probe/level0/{lang}/{t}/partial") for t in TIERS]) for lang in langs
+    ]
+    return lines
 
 
 def _mcqa_series_line(records: list[dict[str, Any]]) -> str:

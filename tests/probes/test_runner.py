@@ -50,6 +50,10 @@ def test_folder_of_checkpoints_in_step_order_then_rerun_is_a_no_op(trained_run, 
     assert all(r["status"] == "ok" and r["tokens_seen"] == r["step"] * 8 * 32 for r in rows)
     printed = capsys.readouterr().out
     assert "Level 0 (context-free validity)" in printed and "step0000008.ckpt" in printed
+    last = next(r for r in rows if r["step"] == 8 and r["probe"] == "level0")["metrics"]
+    tiers = printed[printed.index("partial by tier, step 8") :].splitlines()
+    ja = next(line for line in tiers if line.startswith("ja ")).split()[1:]
+    assert ja[0] == f"{last['probe/level0/ja/common/partial']:.3f}" and len(ja) == 5
     before = out.read_bytes()
     assert _probe(str(trained_run), "--out", str(out)) == 0  # the run folder works too
     assert "nothing to do" in capsys.readouterr().out and out.read_bytes() == before
