@@ -413,9 +413,9 @@ def wrapper_indices(
     dtok = wrappers.delta_tok(tokens)
     matched = dtok <= 0.05
     m["delta_tok_median"], m["matched_share"] = float(np.median(dtok)), float(matched.mean())
-    if matched.any():
-        sub = wrappers.sensitivity((strict == answers)[matched], (strict >= 0)[matched], n_resamples=0)
-        m["fsi_matched"], m["psi_matched"] = sub["fsi"], sub["psi"]
+    if matched.any():  # the token-matched subset (Delta_tok <= 5%), with its own CIs
+        sub = wrappers.sensitivity((strict == answers)[matched], (strict >= 0)[matched], seed=seed)
+        m.update({k.replace("fsi", "fsi_matched").replace("psi", "psi_matched"): v for k, v in sub.items()})
     out = {f"probe/mcqa/{task}/{k}": float(v) for k, v in m.items()}
     acc = (strict == answers).mean(axis=(0, 2))
     for f, a in zip(families, acc, strict=True):

@@ -201,3 +201,24 @@ def test_sampled_generation_is_the_same_sharded(wide_model, byte_fallback_tokeni
     np.testing.assert_equal(probe.aggregate(views, shards), probe.aggregate(views, [single]))  # nan == nan
     texts = single["generated"]
     assert texts.shape[2] == 2 and (texts[:, :, 0] != texts[:, :, 1]).any()  # two seeds, two samples
+
+
+def test_token_matched_subset_and_wins():
+    from probes.mcqa.probe import View, wrapper_indices
+
+    rng = np.random.default_rng(5)
+    n, fams = 30, [f"wrapper_{f}" for f in wrappers.FAMILIES]
+    prepared = [View(McqaItem("t", "en", f"q{i}", ("a", "b", "c", "d"), i % 4), 0, {}) for i in range(n)]
+    graded = {}
+    for j, f in enumerate(fams):
+        graded[f] = rng.integers(-1, 4, (n, 2))
+        graded[f"{f}/normalised"] = graded[f]
+        graded[f"{f}/tokens"] = np.where(np.arange(n) < 10, 100, 100 + 10 * j)  # 10 items matched
+    got = wrapper_indices(graded, prepared, list(range(n)), fams, "t", seed=0)
+    answers = np.array([i % 4 for i in range(n)])[:, None]
+    acc = [(graded[f][:10] == answers[:10]).mean() for f in fams]
+    assert got["probe/mcqa/t/matched_share"] == pytest.approx(10 / n)
+    assert got["probe/mcqa/t/fsi_matched"] == pytest.approx(max(acc) - min(acc))
+    assert got["probe/mcqa/t/fsi_matched_lo"] <= got["probe/mcqa/t/fsi_matched_hi"]
+    full = [(graded[f] == answers).mean() for f in fams]
+    assert [got[f"probe/mcqa/t/{f}/win"] for f in fams] == [float(a == max(full)) for a in full]
