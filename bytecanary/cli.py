@@ -28,13 +28,14 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from probes.runner import run
+    from probes.runner import probe_specs, run
 
     if not args.paths and not args.watch:
         raise BytecanaryError("probe: give at least one PATH or --watch DIR")
+    names = [p.strip() for p in args.probes.split(",") if p.strip()] if args.probes else None
     return run(
         args.paths,
-        [p.strip() for p in args.probes.split(",") if p.strip()],
+        probe_specs(args.config, names),
         out=args.out,
         trial=args.trial,
         eval_sets={"level0": args.level0_set, "level1": args.level1_set},
@@ -80,7 +81,12 @@ def _build_parser() -> argparse.ArgumentParser:
     probe.add_argument(
         "paths", nargs="*", metavar="PATH", help=".ckpt, HF model folder, folder of checkpoints, or model id"
     )
-    probe.add_argument("--probes", default="level0,level1", help="comma-separated (default: level0,level1)")
+    probe.add_argument(
+        "--probes", help="comma-separated names (default: level0,level1, or every probe of --config)"
+    )
+    probe.add_argument(
+        "--config", help="YAML with a probes: list of {name, parameters}, e.g. the run's configs/tiny.yaml"
+    )
     probe.add_argument("--trial", action="store_true", help="trial sets (M per language) instead of full")
     probe.add_argument("--level0-set", help="Level 0 eval-set file (default: the checkpoint's data)")
     probe.add_argument("--level1-set", help="Level 1 eval-set file (default: the checkpoint's data)")

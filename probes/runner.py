@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from tqdm.auto import tqdm
 
 from bytecanary.analysis import mcqa_series
 from bytecanary.checkpoints import checkpoint_meta, gpt2_from_checkpoint, load_checkpoint, tokenizer_dir
 from bytecanary.data.evalsets import TIERS
 from bytecanary.errors import BytecanaryError
+from bytecanary.io import read_text
 from probes.records import append_record, done, make_record, read_records
 from probes.registry import get_probe
 
@@ -117,9 +119,29 @@ def _probe_params(name: str, trial: bool, eval_sets: dict[str, str | None]) -> d
     return params
 
 
+def probe_specs(config: str | None, names: list[str] | None) -> list[dict[str, Any]]:
+    """``{name, **params}`` per probe: the ``probes:`` list of a YAML config (a training
+    config's, so a checkpoint is probed as its training probed it), kept to ``names`` when
+    given; without a config, ``names`` with default parameters."""
+    if config is None:
+        return [{"name": n} for n in names or ["level0", "level1"]]
+    try:
+        doc = yaml.safe_load(read_text(config, "config"))
+    except yaml.YAMLError as err:
+        raise BytecanaryError(f"{config}: not valid YAML ({str(err).splitlines()[0]})") from None
+    specs = doc.get("probes") if isinstance(doc, dict) else None
+    if not isinstance(specs, list) or not all(isinstance(s, dict) and "name" in s for s in specs):
+        raise BytecanaryError(f"{config}: probes: expected a list of {{name: ..., <parameters>}} mappings")
+    chosen = [dict(s) for s in specs if names is None or s["name"] in names]
+    missing = sorted(set(names or []) - {s["name"] for s in chosen})
+    if missing:
+        raise BytecanaryError(f"{config}: probes: no entry for {', '.join(missing)}")
+    return chosen
+
+
 def probe_targets(
     targets: list[Target],
-    probe_names: list[str],
+    specs: list[dict[str, Any]],
     out: Path,
     trial: bool = False,
     eval_sets: dict[str, str | None] | None = None,
@@ -128,7 +150,12 @@ def probe_targets(
 ) -> list[dict[str, Any]]:
     """Probe every target not yet in ``out``; returns the new records."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    probes = [get_probe(n, **_probe_params(n, trial, eval_sets or {})) for n in probe_names]
+    probes = []
+    for spec in specs:
+        params = {k: v for k, v in spec.items() if k != "name"}  # the config's own values win
+        probes.append(
+            get_probe(spec["name"], **(_probe_params(spec["name"], trial, eval_sets or {}) | params))
+        )
     finished = done(out)
     todo = [(t, p) for t in targets for p in probes if (t.key, p.name) not in finished]
     if not todo:
@@ -292,7 +319,7 @@ def _mcqa_series_line(records: list[dict[str, Any]]) -> str:
 
 def run(
     paths: list[str],
-    probes: list[str],
+    probes: list[dict[str, Any]],
     out: str = "probes.jsonl",
     trial: bool = False,
     eval_sets: dict[str, str | None] | None = None,

@@ -163,3 +163,23 @@ def test_mcqa_summary_averages_task_groups_and_adds_the_series_line(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("s3.ckpt")).split()
     assert row[3:6] == ["0.750", "0.400", "-"] and row[-2:] == ["0.300", "-"]
     assert "Kendall tau (separate vs merged ranking) wordcomp_en +0.33" in text
+
+
+def test_probe_parameters_from_a_config(trained_run, tmp_path, capsys):
+    mcqa = {"name": "mcqa", "embedded_per_language": 0, "nonsense_per_language": 3, "languages": ["en"],
+            "protocols": ["letter_separate", "dashed"], "generative_per_task": 2}  # fmt: skip
+    config = tmp_path / "probes.yaml"
+    config.write_text(yaml.safe_dump({"probes": [{"name": "level0", "per_language": 2}, mcqa]}))
+    out = tmp_path / "p.jsonl"
+    ckpt = str(trained_run / "checkpoints" / "step0000008.ckpt")
+    assert _probe(ckpt, "--config", str(config), "--probes", "mcqa", "--out", str(out)) == 0
+    (row,) = read_records(out)
+    assert row["probe"] == "mcqa" and row["metrics"]["probe/mcqa/nonsenseqa_en/n"] == 3
+    assert "probe/mcqa/nonsenseqa_en/dashed/acc" in row["metrics"]
+    assert not any("letter_merged" in k for k in row["metrics"])
+    capsys.readouterr()
+    assert _probe(ckpt, "--config", str(config), "--probes", "level1", "--out", str(out)) == 2
+    assert capsys.readouterr().err.strip() == f"error: {config}: probes: no entry for level1"
+    config.write_text("probes: {name: level0}\n")
+    assert _probe(ckpt, "--config", str(config), "--out", str(out)) == 2
+    assert "probes: expected a list" in capsys.readouterr().err
