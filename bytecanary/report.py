@@ -261,11 +261,12 @@ def build_tables(data: RunData, conv: Convergence, series: dict[str, float]) -> 
 
 
 def _probe_command(data: RunData, run: str) -> str:
-    """``bytecanary probe`` over the run's checkpoints, with the probes its records hold."""
-    specs = data.config.get("probes") or []
-    names = list(dict.fromkeys(r["probe"] for r in data.probes)) or [s.get("name") for s in specs]
-    trial = " --trial" if specs and all(s.get("trial") for s in specs) else ""
-    return f"bytecanary probe {run}/checkpoints --probes {','.join(names)}{trial} --out {run}/probes.jsonl"
+    """``bytecanary probe`` over the run's checkpoints: with the probes and parameters of its
+    config when it has them, else with the probes its records name."""
+    names = ",".join(dict.fromkeys(r["probe"] for r in data.probes))
+    if data.config.get("probes"):
+        return f"bytecanary probe {run}/checkpoints --config {run}/config.yaml --out {run}/probes.jsonl"
+    return f"bytecanary probe {run}/checkpoints --probes {names} --out {run}/probes.jsonl"
 
 
 def commands(data: RunData) -> list[str]:

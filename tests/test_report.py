@@ -169,7 +169,7 @@ def test_report_md_holds_the_tables_and_commands(reported):
     assert "| val/ppl | 20 | 100,000 | 1.00 |" in md
     assert "| probe/level0/all/all/partial | 20 | 200,000 | 2.00 |" in md
     assert f"bytecanary train --config {run}/config.yaml --run.name=run-rerun" in md
-    assert f"bytecanary probe {run}/checkpoints --probes level0,mcqa --trial" in md
+    assert f"bytecanary probe {run}/checkpoints --config {run}/config.yaml --out {run}/probes.jsonl" in md
     assert f"bytecanary report {run}" in md
     assert "| probe/mcqa/wordcomp_en/kendall_tau_sep_merged |" in md
 
