@@ -26,15 +26,19 @@ class ConfigError(BytecanaryError):
     """A config value is missing, unknown or invalid."""
 
 
-def load_config(cls: type[T], path: str | Path) -> T:
-    """Read ``path`` (YAML) into dataclass ``cls``."""
-    path = Path(path)
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's content; a missing, non-UTF-8 or malformed file is one ConfigError naming it."""
     try:
-        raw = yaml.safe_load(read_text(path, "config file"))
+        return yaml.safe_load(read_text(path, "config file"))
     except BytecanaryError as err:
         raise ConfigError(str(err)) from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from None
+
+
+def load_config(cls: type[T], path: str | Path) -> T:
+    """Read ``path`` (YAML) into dataclass ``cls``."""
+    raw = read_yaml(path)
     return from_dict(cls, raw if raw is not None else {}, source=str(path))
 
 

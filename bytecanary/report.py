@@ -18,10 +18,11 @@ from typing import Any
 
 from bytecanary import analysis, figures
 from bytecanary.analysis import Checkpoint, Convergence, Curve
+from bytecanary.config import read_yaml
 from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import atomic_dir, read_jsonl, read_text
+from bytecanary.io import atomic_dir, read_jsonl
 
 REPORT_DIR = "report"
 FIGURES = ("convergence", "tiers", "mcqa")
@@ -66,12 +67,7 @@ def load_run(run_dir: str | Path) -> RunData:
 
 
 def _read_config(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        config = yaml.safe_load(read_text(path, "config"))
-    except yaml.YAMLError as err:
-        raise BytecanaryError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    config = read_yaml(path)
     return config if isinstance(config, dict) else {}
 
 

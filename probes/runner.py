@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from tqdm.auto import tqdm
 
 from bytecanary.analysis import mcqa_series
 from bytecanary.checkpoints import checkpoint_meta, gpt2_from_checkpoint, load_checkpoint, tokenizer_dir
+from bytecanary.config import read_yaml
 from bytecanary.data.evalsets import TIERS
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import read_text
 from probes.records import append_record, done, make_record, read_records
 from probes.registry import get_probe
 
@@ -125,10 +124,7 @@ def probe_specs(config: str | None, names: list[str] | None) -> list[dict[str, A
     given; without a config, ``names`` with default parameters."""
     if config is None:
         return [{"name": n} for n in names or ["level0", "level1"]]
-    try:
-        doc = yaml.safe_load(read_text(config, "config"))
-    except yaml.YAMLError as err:
-        raise BytecanaryError(f"{config}: not valid YAML ({str(err).splitlines()[0]})") from None
+    doc = read_yaml(config)
     specs = doc.get("probes") if isinstance(doc, dict) else None
     if not isinstance(specs, list) or not all(isinstance(s, dict) and "name" in s for s in specs):
         raise BytecanaryError(f"{config}: probes: expected a list of {{name: ..., <parameters>}} mappings")

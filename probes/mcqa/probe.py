@@ -156,6 +156,7 @@ class McqaProbe(Probe):
         self.max_new_tokens, self.seeds = max_new_tokens, seeds
         self.temperature, self.top_k, self.similarity = temperature, top_k, similarity
         self.generative_per_task = generative_per_task
+        self._matcher_cache: Matcher | None = None
         self.batch_size, self.seed, self.trial, self.records = batch_size, seed, trial, records
 
     @property
@@ -165,6 +166,12 @@ class McqaProbe(Probe):
     @property
     def generated(self) -> list[str]:
         return [p for p in self.protocols if p in GENERATED]
+
+    def _matcher(self) -> Matcher:
+        """Built once per probe: an embedding model is loaded once, not at every checkpoint."""
+        if self._matcher_cache is None:
+            self._matcher_cache = Matcher(self.similarity)
+        return self._matcher_cache
 
     def _samplings(self) -> list[Sampling]:
         if self.seeds == 0:
@@ -322,7 +329,7 @@ class McqaProbe(Probe):
     def _grade(self, prepared: list[View], texts: np.ndarray) -> dict[str, np.ndarray]:
         """Per (view, seed): predicted option (-1: none) of every generative protocol,
         the strict and normalised predictions of wrappers, the M&D rule, token counts."""
-        matcher = Matcher(self.similarity)
+        matcher = self._matcher()
         n, seeds = len(prepared), texts.shape[2]
         graded: dict[str, np.ndarray] = {"text": texts}
         for j, p in enumerate(self.generated):
