@@ -1,147 +1,228 @@
-"""The ``bytecanary`` command: one subcommand per job, each imported only when run.
+"""The ``bytecanary`` command: one subcommand per function below (litgpt style).
 
-Subcommands map to functions; heavy libraries (torch, lightning) load inside them so
-``bytecanary --help`` stays fast. This is the one module that may reach into ``probes``
-and ``train``.
+Each function's typed signature is its schema and its docstring its ``--help``: a
+positional parameter is a positional argument (a ``list`` one takes any number), a
+keyword-only one is a ``--flag`` with dashes for underscores, a ``bool`` a bare switch,
+and the default written in the signature is the flag's only default. The parser is
+jsonargparse's; we map parameters to arguments ourselves so the documented flags
+(``--level0-set``, ``--trial``) keep their shape. Heavy libraries (torch, lightning) load
+inside the functions, so ``bytecanary --help`` stays fast. With ``bytecanary/demo.py`` this
+is the face of the project: the only code that imports ``train`` and the report room.
 """
 
 from __future__ import annotations
 
-import argparse
+import inspect
 import sys
+import typing
 from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from docstring_parser import parse as parse_docstring
+from jsonargparse import ArgumentError, ArgumentParser
 
 from bytecanary.errors import BytecanaryError
+from bytecanary.tracking import DEFAULT_PROJECT
+
+DESCRIPTION = (
+    "Train byte-aware language models and probe every checkpoint for UTF-8 validity and MCQA scoring traps."
+)
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from train.demo import run_demo
+def prepare(*, config: str, out: str | None = None) -> int:
+    """Corpus -> tokenizer -> token shards -> character snapshot -> eval sets.
 
-    return run_demo(args.minutes, args.out, args.config, args.data_config, args.data, args.steps)
+    Every stage is skipped when its output matches its inputs, so a rerun is a no-op.
 
+    Args:
+        config: data config, e.g. configs/data/default.yaml
+        out: output folder (unset: data/<config name>)
+    """
+    from bytecanary.data.prepare import prepare as prepare_data
 
-def _prepare(args: argparse.Namespace) -> int:
-    from bytecanary.data.prepare import prepare
-
-    prepare(args.config, args.out)
+    prepare_data(config, out)
     return 0
 
 
-def _probe(args: argparse.Namespace) -> int:
+def train(args: list[str]) -> int:
+    """Train with LightningCLI: --config configs/tiny.yaml [--trainer.max_steps=N ...].
+
+    Args:
+        args: LightningCLI's own arguments, passed on unchanged (``bytecanary train --help``)
+    """
+    from train.cli import main as train_main
+
+    return train_main(args)
+
+
+def export(checkpoint: str, out_dir: str, *, force: bool = False) -> int:
+    """Lightning checkpoint -> HF save_pretrained folder.
+
+    Args:
+        checkpoint: a .ckpt file
+        out_dir: output folder (safetensors + tokenizer)
+        force: replace a non-empty OUT_DIR (a run folder is never replaced)
+    """
+    from train.checkpointing import export as export_checkpoint
+
+    out = export_checkpoint(checkpoint, out_dir, force=force)
+    print(f"exported {checkpoint} -> {out} (AutoModelForCausalLM / AutoTokenizer load it)")
+    return 0
+
+
+def probe(
+    paths: list[str],
+    *,
+    probes: str | None = None,
+    config: str | None = None,
+    trial: bool = False,
+    level0_set: str | None = None,
+    level1_set: str | None = None,
+    out: str = "probes.jsonl",
+    wandb_project: str = DEFAULT_PROJECT,
+    no_wandb: bool = False,
+    watch: str | None = None,
+    interval: float = 30.0,
+    revision: str | None = None,
+    device: str | None = None,
+) -> int:
+    """Attach probes to existing checkpoints.
+
+    Pairs of (checkpoint, probe) already in --out are skipped, so a rerun after a crash only
+    does what is missing. Prints a table per probe and writes an offline W&B run.
+
+    Args:
+        paths: .ckpt files, HF model folders, folders of checkpoints, or model ids
+        probes: comma-separated names (unset: level0,level1, or every probe of --config)
+        config: YAML with a probes: list of {name, parameters}, e.g. the run's configs/tiny.yaml
+        trial: trial sets (M per language) instead of full
+        level0_set: Level 0 eval-set file (unset: the checkpoint's data)
+        level1_set: Level 1 eval-set file (unset: the checkpoint's data)
+        out: records file
+        wandb_project: W&B project (offline without a key)
+        no_wandb: write the records file only
+        watch: probe each new checkpoint in this folder until Ctrl-C
+        interval: seconds between looks with --watch
+        revision: with a model id: revisions to probe, e.g. step1000,step2000
+        device: cpu, cuda, ... (unset: cuda when available)
+    """
+    if not paths and not watch:
+        raise BytecanaryError("probe: give at least one PATH or --watch DIR")
+    from bytecanary.report.summary import add_mcqa_series, summary
     from probes.runner import probe_specs, run
 
-    if not args.paths and not args.watch:
-        raise BytecanaryError("probe: give at least one PATH or --watch DIR")
-    names = [p.strip() for p in args.probes.split(",") if p.strip()] if args.probes else None
-    return run(
-        args.paths,
-        probe_specs(args.config, names),
-        out=args.out,
-        trial=args.trial,
-        eval_sets={"level0": args.level0_set, "level1": args.level1_set},
-        wandb_project=None if args.no_wandb else args.wandb_project,
-        watch_dir=args.watch,
-        interval=args.interval,
-        revisions=[r for r in (args.revision or "").split(",") if r] or None,
-        device=args.device,
+    names = [p.strip() for p in probes.split(",") if p.strip()] if probes else None
+    run(
+        paths,
+        probe_specs(config, names),
+        out=out,
+        trial=trial,
+        eval_sets={"level0": level0_set, "level1": level1_set},
+        wandb_project=None if no_wandb else wandb_project,
+        watch_dir=watch,
+        interval=interval,
+        revisions=[r for r in (revision or "").split(",") if r] or None,
+        device=device,
+        finish=add_mcqa_series,
     )
-
-
-def _report(args: argparse.Namespace) -> int:
-    from bytecanary.report import report_summary, write_report
-
-    write_report(args.run_dir, wandb=False if args.no_wandb else None)
-    print(report_summary(args.run_dir))
+    print(summary(Path(out)))
+    print(f"records: {Path(out)}")
     return 0
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bytecanary",
-        description="Train byte-aware language models and probe every checkpoint "
-        "for UTF-8 validity and MCQA scoring traps.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    prep = sub.add_parser(
-        "prepare", help="corpus -> tokenizer -> token shards -> character snapshot -> eval sets"
-    )
-    prep.add_argument("--config", required=True, help="data config, e.g. configs/data/default.yaml")
-    prep.add_argument("--out", default=None, help="output folder (default: data/<config name>)")
-    prep.set_defaults(run=_prepare)
-    sub.add_parser(
-        "train",
-        help="train with LightningCLI: --config configs/tiny.yaml [--trainer.max_steps=N ...]",
-        add_help=False,
-    )
-    export = sub.add_parser("export", help="Lightning checkpoint -> HF save_pretrained folder")
-    export.add_argument("checkpoint", help="a .ckpt file")
-    export.add_argument("out_dir", help="output folder (safetensors + tokenizer)")
-    export.set_defaults(run=_export)
-    probe = sub.add_parser("probe", help="attach probes to existing checkpoints")
-    probe.add_argument(
-        "paths", nargs="*", metavar="PATH", help=".ckpt, HF model folder, folder of checkpoints, or model id"
-    )
-    probe.add_argument(
-        "--probes", help="comma-separated names (default: level0,level1, or every probe of --config)"
-    )
-    probe.add_argument(
-        "--config", help="YAML with a probes: list of {name, parameters}, e.g. the run's configs/tiny.yaml"
-    )
-    probe.add_argument("--trial", action="store_true", help="trial sets (M per language) instead of full")
-    probe.add_argument("--level0-set", help="Level 0 eval-set file (default: the checkpoint's data)")
-    probe.add_argument("--level1-set", help="Level 1 eval-set file (default: the checkpoint's data)")
-    probe.add_argument("--out", default="probes.jsonl", help="records file (default: probes.jsonl)")
-    probe.add_argument("--wandb-project", default="bytecanary", help="W&B project (offline without a key)")
-    probe.add_argument("--no-wandb", action="store_true", help="write probes.jsonl only")
-    probe.add_argument("--watch", metavar="DIR", help="probe each new checkpoint in DIR until Ctrl-C")
-    probe.add_argument("--interval", type=float, default=30.0, help="seconds between looks with --watch")
-    probe.add_argument("--revision", help="with a model id: revisions to probe, e.g. step1000,step2000")
-    probe.add_argument("--device", help="cpu, cuda, ... (default: cuda when available)")
-    probe.set_defaults(run=_probe)
-    demo = sub.add_parser("demo", help="run the embedded default end to end")
-    demo.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
-    demo.add_argument("--minutes", type=float, default=10.0, help="time budget in minutes")
-    demo.add_argument("--config", default="configs/tiny.yaml", help="training config (default: tiny)")
-    demo.add_argument("--data-config", default="configs/data/default.yaml", help="data config to prepare")
-    demo.add_argument("--data", default=None, help="data folder (default: data/<config name>)")
-    demo.add_argument("--steps", type=int, default=None, help="training steps (default: what fits --minutes)")
-    demo.set_defaults(run=_demo)
-    report = sub.add_parser("report", help="convergence analysis, figures and tables into RUN_DIR/report/")
-    report.add_argument(
-        "run_dir", metavar="RUN_DIR", help="a training run folder (metrics.jsonl, probes.jsonl)"
-    )
-    report.add_argument(
-        "--no-wandb",
-        action="store_true",
-        help="do not log to the run's W&B run (default: when RUN_DIR/wandb has one)",
-    )
-    report.set_defaults(run=_report)
+def demo(
+    *,
+    out: str = "runs/demo",
+    minutes: float = 10.0,
+    config: str = "configs/tiny.yaml",
+    data_config: str = "configs/data/default.yaml",
+    data: str | None = None,
+    steps: int | None = None,
+) -> int:
+    """Run the embedded default end to end: prepare, train with probes, report, summarise.
+
+    A rerun continues the same run.
+
+    Args:
+        out: run directory
+        minutes: time budget in minutes
+        config: training config
+        data_config: data config to prepare
+        data: data folder (unset: data/<data config name>)
+        steps: training steps (unset: what fits --minutes)
+    """
+    from bytecanary.demo import run_demo
+
+    return run_demo(out, minutes, config, data_config, data, steps)
+
+
+def report(run_dir: str, *, no_wandb: bool = False) -> int:
+    """Convergence analysis, figures and tables into RUN_DIR/report/.
+
+    Args:
+        run_dir: a training run folder (metrics.jsonl, probes.jsonl)
+        no_wandb: do not log to the run's W&B run (without it: log when RUN_DIR/wandb has one)
+    """
+    from bytecanary.report.writer import report_summary, write_report
+
+    write_report(run_dir, wandb=False if no_wandb else None)
+    print(report_summary(run_dir))
+    return 0
+
+
+COMMANDS: dict[str, Callable[..., int]] = {
+    f.__name__: f for f in (prepare, train, export, probe, demo, report)
+}
+
+
+def _command_parser(func: Callable[..., int]) -> ArgumentParser:
+    """A subcommand's parser: one argument per parameter of ``func``, its help from the docstring."""
+    doc = parse_docstring(func.__doc__ or "")
+    helps = {p.arg_name: p.description for p in doc.params}
+    description = "\n\n".join(d for d in (doc.short_description, doc.long_description) if d)
+    parser = ArgumentParser(description=description, exit_on_error=False)
+    hints = typing.get_type_hints(func)
+    for name, param in inspect.signature(func).parameters.items():
+        hint, text = hints[name], helps[name]
+        if param.kind is not param.KEYWORD_ONLY:  # positional; a list takes any number
+            if typing.get_origin(hint) is list:
+                item = typing.get_args(hint)[0]
+                parser.add_argument(name, type=item, nargs="*", default=[], metavar=name.upper(), help=text)
+            else:
+                parser.add_argument(name, type=hint, metavar=name.upper(), help=text)
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        if hint is bool:
+            parser.add_argument(flag, dest=name, action="store_true", help=text)
+        elif param.default is param.empty:
+            parser.add_argument(flag, dest=name, type=hint, required=True, help=text)
+        else:
+            parser.add_argument(flag, dest=name, type=hint, default=param.default, help=text)
     return parser
 
 
-def _train(args: argparse.Namespace) -> int:
-    from train.cli import main as train_main
-
-    return train_main(args.lightning_args)
-
-
-def _export(args: argparse.Namespace) -> int:
-    from train.checkpointing import export
-
-    out = export(args.checkpoint, args.out_dir)
-    print(f"exported {args.checkpoint} -> {out} (AutoModelForCausalLM / AutoTokenizer load it)")
-    return 0
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="bytecanary", description=DESCRIPTION, exit_on_error=False)
+    subcommands = parser.add_subcommands(metavar="COMMAND", dest="command")
+    for name, func in COMMANDS.items():
+        summary = parse_docstring(func.__doc__ or "").short_description
+        subcommands.add_subcommand(name, _command_parser(func), help=summary)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:  # LightningCLI parses its own arguments
-        args = argparse.Namespace(run=_train, lightning_args=argv[1:])
+        command, kwargs = train, {"args": argv[1:]}
     else:
-        args = _build_parser().parse_args(argv)
-    run: Callable[[argparse.Namespace], int] = args.run
+        try:
+            args = build_parser().parse_args(argv)
+        except ArgumentError as err:  # one line, like every other error
+            print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+            return 2
+        command, kwargs = COMMANDS[args.command], args[args.command].as_dict()
     try:
-        return run(args)
+        return command(**kwargs)
     except BytecanaryError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

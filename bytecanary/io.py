@@ -81,16 +81,37 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 @contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a fresh temporary folder beside ``path``; on success it replaces ``path``
-    (an older ``path`` is removed first), on error it is deleted."""
+    """Yield a fresh temporary folder beside ``path``; on success it takes the place of
+    ``path`` (an older ``path`` is moved aside first and removed only once the new one is
+    in place), on error it is deleted. Callers decide whether replacing ``path`` is theirs
+    to do (``refuse_foreign_dir``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    old = tmp.with_name(tmp.name.removesuffix(".tmp") + ".old")
     try:
         yield tmp
         if path.exists():
-            shutil.rmtree(path)
+            os.replace(path, old)
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def refuse_foreign_dir(path: str | Path, force: bool, protected: tuple[str, ...] = ()) -> None:
+    """An output folder may be replaced only when it is absent or empty, or with ``force``;
+    a folder holding any of ``protected`` (a run folder's ``checkpoints``) never."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise BytecanaryError(f"{path}: exists and is not a folder")
+    if not path.is_dir() or not any(path.iterdir()):
+        return
+    held = [name for name in protected if (path / name).exists()]
+    if held:
+        raise BytecanaryError(
+            f"{path}: holds {', '.join(held)}; refusing to replace it, choose another folder"
+        )
+    if not force:
+        raise BytecanaryError(f"{path}: not empty; pass --force to replace it, or choose another folder")

@@ -1,9 +1,10 @@
 """Statistics the probes and the convergence report share.
 
 Calibration (ECE), paired tests between two scoring strategies (exact and chi-square
-McNemar, seeds/000), bootstrap confidence intervals (seeds/002), correlations, the
+McNemar, as the space-tokenization-trap MCQA study uses), bootstrap confidence intervals
+(Format Sensitivity Index, arXiv:2607.09665), correlations, the
 fixed-effects regression of accuracy on parsability, and the convergence detector applied
-alike to perplexity and to UTF-8 validity (seeds/003).
+alike to perplexity and to UTF-8 validity (arXiv:2606.14122).
 Plain numpy and ``math``: importable without torch or scipy.
 """
 
@@ -109,10 +110,11 @@ def _dummies(levels: Sequence, keep_first: bool) -> list[np.ndarray]:
 def fixed_effects_fit(y: ArrayLike, x: ArrayLike, factors: dict[str, Sequence]) -> tuple[float, float]:
     """OLS of y = beta * x + one fixed effect per level of each factor; returns (beta, SE).
 
-    seeds/002 eq. 5 (accuracy on parsability with model, task and wrapper effects),
-    unweighted where the paper weights its cells. Dummy coding keeps every level of the
-    first factor (it stands in for the intercept) and drops the first level of the others,
-    so the effects are identified; the slope on x is the same whichever level is dropped.
+    Format Sensitivity Index (arXiv:2607.09665) eq. 5 (accuracy on parsability with model,
+    task and wrapper effects), unweighted where the paper weights its cells. Dummy coding
+    keeps every level of the first factor (it stands in for the intercept) and drops the first
+    level of the others, so the effects are identified; the slope on x is the same whichever
+    level is dropped.
     SE = sqrt(RSS / (n - p) * (X'X)^-1[0, 0]) with p the rank of the design. Raises
     ValueError when x is absorbed by the fixed effects or no residual degrees of freedom
     are left.
@@ -139,7 +141,13 @@ def fixed_effects_fit(y: ArrayLike, x: ArrayLike, factors: dict[str, Sequence]) 
     return float(coef[0]), math.sqrt(sigma2 * float(np.linalg.pinv(design.T @ design)[0, 0]))
 
 
-def convergence_point(x: ArrayLike, y: ArrayLike, rtol: float = 0.05, tail: float = 0.1) -> float | None:
+CONVERGENCE_RTOL = 0.05  # the band around the plateau, relative to it
+CONVERGENCE_TAIL = 0.1  # the plateau is the mean of this share of the last points
+
+
+def convergence_point(
+    x: ArrayLike, y: ArrayLike, rtol: float = CONVERGENCE_RTOL, tail: float = CONVERGENCE_TAIL
+) -> float | None:
     """Smallest x after which the curve stays within ``rtol`` of its final plateau.
 
     The plateau is the mean of the last ``tail`` fraction of points (at least one).

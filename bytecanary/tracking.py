@@ -7,6 +7,7 @@ import os
 import socket
 from typing import Any
 
+DEFAULT_PROJECT = "bytecanary"  # the W&B project of training, probe and report runs
 METRIC_PREFIXES = ("train/*", "val/*", "probe/*")
 
 

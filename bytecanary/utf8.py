@@ -1,4 +1,5 @@
-"""Exact UTF-8 validity scores for byte streams (seeds/003 section 3.2).
+"""Exact UTF-8 validity scores for byte streams ("Beyond Perplexity: UTF-8 Validity in Byte-aware LMs",
+arXiv:2606.14122, section 3.2).
 
 The DFA accepts exactly Unicode's well-formed UTF-8 (Unicode Standard, Table 3-7):
 no 80-BF or C0/C1 or F5-FF leads, no overlongs (E0 80-9F, F0 80-8F), no surrogates

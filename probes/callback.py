@@ -5,8 +5,9 @@ hook, so the probes see the weights just written. The model is put in eval mode 
 ``no_grad`` and restored after. Under DDP every rank probes its share of the samples,
 and rank 0 aggregates the shares: the metrics equal a single-process run. Results are
 logged to every logger with ``tokens_seen`` (W&B plots them beside ``val/ppl``) and
-appended to ``probes.jsonl`` next to the checkpoints. A probe that raises is recorded as
-failed and training goes on, unless ``strict``.
+appended to ``probes.jsonl`` next to the checkpoints, with each probe's version and
+fingerprint. A probe that raises is recorded as failed and training goes on, unless
+``strict``.
 """
 
 from __future__ import annotations
@@ -20,20 +21,9 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities import rank_zero_info
 
+from probes.common import build_probes
 from probes.records import append_record, make_record
-from probes.registry import Probe, get_probe
-
-
-def build_probes(specs: list[dict[str, Any] | Probe]) -> list[Probe]:
-    """Probe instances from ``{name: ..., **params}`` dicts (or instances, kept)."""
-    built = []
-    for spec in specs:
-        if isinstance(spec, Probe):
-            built.append(spec)
-        else:
-            params = dict(spec)
-            built.append(get_probe(params.pop("name"), **params))
-    return built
+from probes.registry import Probe
 
 
 class ProbeCallback(Checkpoint):
@@ -43,6 +33,7 @@ class ProbeCallback(Checkpoint):
         every_tokens: int | None = None,
         strict: bool = False,
         out: str | Path | None = None,
+        source: str | None = None,
     ) -> None:
         """
         Args:
@@ -50,10 +41,12 @@ class ProbeCallback(Checkpoint):
             every_tokens: also fire every this many training tokens (None: checkpoints only).
             strict: a failing probe stops training.
             out: records file (default: ``probes.jsonl`` beside the checkpoints folder).
+            source: where ``probes`` came from (a YAML path), named by a bad spec's error.
         """
-        self.probes = build_probes(probes)
+        self.probes = build_probes(probes, source)
         self.every_tokens, self.strict, self.out = every_tokens, strict, out
         self._prepared: list[Any] | None = None
+        self._fingerprints: list[str] = []
         self._last_step = -1
         self._next_tokens = every_tokens or 0
 
@@ -62,7 +55,9 @@ class ProbeCallback(Checkpoint):
 
         dm = trainer.datamodule
         self._tokenizer = AutoTokenizer.from_pretrained(str(dm.tokenizer_dir))
-        self._prepared = [p.prepare(self._tokenizer, Path(dm.data_dir)) for p in self.probes]
+        data_dir = Path(dm.data_dir)
+        self._prepared = [p.prepare(self._tokenizer, data_dir) for p in self.probes]
+        self._fingerprints = [p.fingerprint(data_dir) for p in self.probes]
         if self.out is None:
             ckpt_dir = getattr(trainer.checkpoint_callback, "dirpath", None) or trainer.default_root_dir
             self.out = Path(ckpt_dir).parent / "probes.jsonl" if ckpt_dir else Path("probes.jsonl")
@@ -93,12 +88,12 @@ class ProbeCallback(Checkpoint):
         was_training = model.training
         model.eval()
         try:
-            for probe, prepared in zip(self.probes, self._prepared, strict=True):
-                self._run_one(trainer, pl_module, model, probe, prepared, checkpoint)
+            for probe, prepared, params in zip(self.probes, self._prepared, self._fingerprints, strict=True):
+                self._run_one(trainer, pl_module, model, probe, prepared, params, checkpoint)
         finally:
             model.train(was_training)
 
-    def _run_one(self, trainer, pl_module, model, probe: Probe, prepared, checkpoint) -> None:
+    def _run_one(self, trainer, pl_module, model, probe: Probe, prepared, params: str, checkpoint) -> None:
         start = time.perf_counter()
         try:
             with torch.no_grad():
@@ -120,7 +115,17 @@ class ProbeCallback(Checkpoint):
                     error = f"{type(err).__name__}: {err}"
             seconds = time.perf_counter() - start
             tokens = getattr(pl_module, "tokens_seen", None)
-            record = make_record(checkpoint, trainer.global_step, tokens, probe.name, metrics, seconds, error)
+            record = make_record(
+                checkpoint,
+                trainer.global_step,
+                tokens,
+                probe.name,
+                metrics,
+                seconds,
+                error,
+                version=probe.version,
+                params=params,
+            )
             append_record(self.out, record)
             if metrics:
                 for logger in trainer.loggers:

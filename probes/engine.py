@@ -9,7 +9,9 @@ greedy (or sampled) continuation and the log-probability of every generated, pro
 gold token from one prefill and one pass per new token. Results equal
 ``model.generate`` run on each prompt alone (a test checks this).
 
-Shape suffixes: B batch, T time (tokens), V vocabulary.
+Shape suffixes: B samples of a batch, U the distinct ``prompt + gold`` sequences among
+them (one prefill row each; ``seq_B`` maps a sample to its row), T time (tokens),
+V vocabulary, 1 an axis of length one.
 """
 
 from __future__ import annotations
@@ -84,6 +86,105 @@ def _pick(logits_BV: torch.Tensor, sampling: Sampling, gen: torch.Generator | No
     return torch.multinomial(probs_BV.cpu(), 1, generator=gen).squeeze(-1).to(logits_BV.device)
 
 
+@dataclass
+class _Prefill:
+    """A batch after its prefill: what decoding starts from, and the prompt and gold scores."""
+
+    logits_BV: torch.Tensor  # at each prompt's last token
+    cache: object  # one row per sample
+    mask_BT: torch.Tensor  # each sample's prompt columns
+    pos_B1: torch.Tensor  # each sample's last prompt position
+    prompt_logprob: np.ndarray
+    gold_logprob: np.ndarray
+
+
+def _prefill(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    golds: Sequence[Sequence[int]],
+    pad_id: int,
+    last_only: bool,
+) -> _Prefill:
+    """One forward pass over the batch's distinct ``prompt + gold`` sequences, then the
+    cache copied to one row per sample with its gold columns masked out."""
+    device = next(model.parameters()).device
+    fulls: dict[tuple[int, ...], int] = {}
+    seq_B = torch.tensor(
+        [fulls.setdefault((*p, *g), len(fulls)) for p, g in zip(prompts, golds, strict=True)], device=device
+    )
+    ids_UT, mask_UT = left_pad(list(fulls), pad_id, device)
+    out = model(
+        input_ids=ids_UT,
+        attention_mask=mask_UT,
+        position_ids=positions(mask_UT),
+        use_cache=True,
+        **({"logits_to_keep": 1} if last_only else {}),
+    )
+    width = ids_UT.shape[1]
+    start_B = width - mask_UT.sum(-1)[seq_B]  # first real column of each sample's row
+    plen_B = torch.tensor([len(p) for p in prompts], device=device)
+    end_B = start_B + plen_B - 1  # the prompt's last column
+    gold_lp = np.full(len(prompts), np.nan)
+    if last_only:  # no golds: every prompt ends at the last column
+        logits_BV = out.logits[:, -1].float()[seq_B]
+        prompt_lp = np.full(len(prompts), np.nan)
+    else:
+        logits_UTV = out.logits.float()
+        lp_UT = logits_UTV[:, :-1].gather(-1, ids_UT[:, 1:, None]).squeeze(-1) - logits_UTV[:, :-1].logsumexp(
+            -1
+        )
+        cum_UT = torch.nn.functional.pad(lp_UT.cumsum(-1), (1, 0))  # cum[:, j] = sum of lp[:, :j]
+        prompt_lp = (cum_UT[seq_B, end_B] - cum_UT[seq_B, start_B]).cpu().numpy()
+        has_gold = np.array([bool(g) for g in golds])
+        gold_lp = np.where(has_gold, (cum_UT[seq_B, width - 1] - cum_UT[seq_B, end_B]).cpu().numpy(), np.nan)
+        logits_BV = logits_UTV[seq_B, end_B]
+    cache = cache_of(out)
+    cache.batch_select_indices(seq_B)
+    cols_T = torch.arange(width, device=device)
+    mask_BT = ((cols_T >= start_B[:, None]) & (cols_T <= end_B[:, None])).long()
+    return _Prefill(logits_BV, cache, mask_BT, (plen_B - 1)[:, None], prompt_lp, gold_lp)
+
+
+def _decode(
+    model: torch.nn.Module,
+    pre: _Prefill,
+    max_new_tokens: int,
+    eos_id: int | None,
+    pad_id: int,
+    sampling: Sampling,
+    gen: torch.Generator | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tokens, log-probs, lengths) of each sample, one short forward pass per new token."""
+    logits_BV, cache, mask_BT, pos_B1 = pre.logits_BV, pre.cache, pre.mask_BT, pre.pos_B1
+    n = len(logits_BV)
+    tokens = np.full((n, max_new_tokens), pad_id, dtype=np.int64)
+    logprobs = np.zeros((n, max_new_tokens))
+    lengths = np.zeros(n, dtype=np.int64)
+    done_B = torch.zeros(n, dtype=torch.bool, device=logits_BV.device)
+    for t in range(max_new_tokens):
+        next_B = _pick(logits_BV, sampling, gen)
+        next_B = torch.where(done_B, torch.full_like(next_B, pad_id), next_B)
+        lp_B = logits_BV.gather(-1, next_B[:, None]).squeeze(-1) - logits_BV.logsumexp(-1)
+        tokens[:, t] = next_B.cpu().numpy()
+        logprobs[:, t] = lp_B.masked_fill(done_B, 0.0).cpu().numpy()
+        lengths += (~done_B).long().cpu().numpy()
+        if eos_id is not None:
+            done_B = done_B | (next_B == eos_id)
+        if t == max_new_tokens - 1 or bool(done_B.all()):
+            break
+        mask_BT = torch.cat([mask_BT, torch.ones_like(mask_BT[:, :1])], dim=1)
+        pos_B1 = pos_B1 + 1
+        out = model(
+            input_ids=next_B[:, None],
+            attention_mask=mask_BT,
+            position_ids=pos_B1,
+            use_cache=True,
+            **{cache_kwarg(model): cache},
+        )
+        logits_BV, cache = out.logits[:, -1].float(), cache_of(out)
+    return tokens, logprobs, lengths
+
+
 @torch.inference_mode()
 def generate(
     model: torch.nn.Module,
@@ -105,9 +206,8 @@ def generate(
     copy of the cache with the gold columns masked out. Without golds and with
     ``score_prompt`` False, the LM head runs on the last column only (``prompt_logprob``
     is then nan): generation alone is a few times cheaper."""
-    device = next(model.parameters()).device
     n = len(prompts)
-    golds_absent = golds is None
+    last_only = not score_prompt and golds is None
     golds = golds if golds is not None else [()] * n
     tokens = np.full((n, max_new_tokens), pad_id, dtype=np.int64)
     logprobs = np.zeros((n, max_new_tokens))
@@ -116,65 +216,10 @@ def generate(
     gen = torch.Generator().manual_seed(sampling.seed) if sampling.temperature > 0 else None
     for lo in range(0, n, batch_size):
         rows = slice(lo, min(lo + batch_size, n))
-        fulls: dict[tuple[int, ...], int] = {}
-        seq_B = torch.tensor(
-            [fulls.setdefault((*p, *g), len(fulls)) for p, g in zip(prompts[rows], golds[rows], strict=True)],
-            device=device,
+        pre = _prefill(model, prompts[rows], golds[rows], pad_id, last_only)
+        prompt_lp[rows], gold_lp[rows] = pre.prompt_logprob, pre.gold_logprob
+        tokens[rows], logprobs[rows], lengths[rows] = _decode(
+            model, pre, max_new_tokens, eos_id, pad_id, sampling, gen
         )
-        ids_UT, mask_UT = left_pad(list(fulls), pad_id, device)
-        last_only = not score_prompt and golds_absent
-        out = model(
-            input_ids=ids_UT,
-            attention_mask=mask_UT,
-            position_ids=positions(mask_UT),
-            use_cache=True,
-            **({"logits_to_keep": 1} if last_only else {}),
-        )
-        width = ids_UT.shape[1]
-        start_B = width - mask_UT.sum(-1)[seq_B]  # first real column of each sample's row
-        plen_B = torch.tensor([len(p) for p in prompts[rows]], device=device)
-        end_B = start_B + plen_B - 1  # the prompt's last column
-        if last_only:  # no golds: every prompt ends at the last column
-            logits_BV = out.logits[:, -1].float()[seq_B]
-            prompt_lp[rows] = np.nan
-        else:
-            logits_UTV = out.logits.float()
-            lp_UT = logits_UTV[:, :-1].gather(-1, ids_UT[:, 1:, None]).squeeze(-1) - logits_UTV[
-                :, :-1
-            ].logsumexp(-1)
-            cum_UT = torch.nn.functional.pad(lp_UT.cumsum(-1), (1, 0))  # cum[:, j] = sum of lp[:, :j]
-            prompt_lp[rows] = (cum_UT[seq_B, end_B] - cum_UT[seq_B, start_B]).cpu().numpy()
-            has_gold = np.array([bool(g) for g in golds[rows]])
-            gold_lp[rows] = np.where(
-                has_gold, (cum_UT[seq_B, width - 1] - cum_UT[seq_B, end_B]).cpu().numpy(), np.nan
-            )
-            logits_BV = logits_UTV[seq_B, end_B]
-        cache = cache_of(out)
-        cache.batch_select_indices(seq_B)
-        cols_T = torch.arange(width, device=device)
-        mask_BT = ((cols_T >= start_B[:, None]) & (cols_T <= end_B[:, None])).long()
-        pos_B1 = (plen_B - 1)[:, None]
-        done_B = torch.zeros(len(seq_B), dtype=torch.bool, device=device)
-        for t in range(max_new_tokens):
-            next_B = _pick(logits_BV, sampling, gen)
-            next_B = torch.where(done_B, torch.full_like(next_B, pad_id), next_B)
-            lp_B = logits_BV.gather(-1, next_B[:, None]).squeeze(-1) - logits_BV.logsumexp(-1)
-            tokens[rows, t] = next_B.cpu().numpy()
-            logprobs[rows, t] = lp_B.masked_fill(done_B, 0.0).cpu().numpy()
-            lengths[rows] += (~done_B).long().cpu().numpy()
-            if eos_id is not None:
-                done_B = done_B | (next_B == eos_id)
-            if t == max_new_tokens - 1 or bool(done_B.all()):
-                break
-            mask_BT = torch.cat([mask_BT, torch.ones_like(mask_BT[:, :1])], dim=1)
-            pos_B1 = pos_B1 + 1
-            out = model(
-                input_ids=next_B[:, None],
-                attention_mask=mask_BT,
-                position_ids=pos_B1,
-                use_cache=True,
-                **{cache_kwarg(model): cache},
-            )
-            logits_BV, cache = out.logits[:, -1].float(), cache_of(out)
     prompt_scored = np.array([max(len(p) - 1, 0) for p in prompts], dtype=np.int64)
     return Generation(tokens, lengths, logprobs, prompt_lp, prompt_scored, gold_lp)

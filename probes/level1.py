@@ -1,40 +1,41 @@
-"""Level 1: context-guided byte retrieval (seeds/003 sections 3.1-3.3).
+"""Level 1: context-guided byte retrieval ("Beyond Perplexity: UTF-8 Validity in
+Byte-aware LMs", arXiv 2606.14122, sections 3.1-3.3).
 
 The prompt is the tokenised sentence before the target character (the last character of
-``sentence_prompt``, i.e. of the term) plus the first k bytes
-of the character as byte tokens (k = 1..len-1); the model must emit exactly the rest,
-then reach a character boundary (Term Match). Reported per language and prefix length:
-Term Match rate, the Level 0 step scores, Delta_LL. Keys: ``probe/level1/<lang>[/k<k>]/<metric>``
-and ``probe/level1/all/<metric>``.
+``sentence_prompt``, i.e. of the term) plus the first k bytes of the character as byte
+tokens (k = 1..len-1); the model must emit exactly the rest, then reach a character
+boundary (Term Match). Reported per language and prefix length: Term Match rate, the
+Level 0 step scores, Delta_LL. Keys: ``keys.level1(lang, metric, k)``, with "all" for
+the aggregate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.data.evalsets import load_level1
-from probes import utf8_probe
-from probes.level0 import METRICS_UP, Level0Probe, eval_set_files
 from probes.registry import register_probe
+from probes.utf8_probe import Prepared, Utf8Probe, Utf8Sample, byte_prefix_sample, prefix_ids, prepared_for
 
 
 @register_probe("level1")
-class Level1Probe(Level0Probe):
-    """Same knobs as Level 0; ``eval_sets`` are Level 1 files (JSON lists)."""
-
+class Level1Probe(Utf8Probe):
     version = 1
-    higher_is_better = {m: True for m in METRICS_UP} | {"ppl": False}
+    term_match = True
+    eval_set_pattern = "level1*.json"
 
-    def prepare(self, tokenizer: Any, data_dir: Path | None) -> utf8_probe.Prepared:
+    def prepare(self, tokenizer: Any, data_dir: Path | None) -> Prepared:
         codec = ByteCodec.from_tokenizer(tokenizer)
-        prefix = utf8_probe.prefix_ids(tokenizer, self.cfg.prefix)
+        prefix = prefix_ids(tokenizer, self.cfg.prefix)
         by_language: dict[str, list] = {}
-        for path in eval_set_files(self.eval_sets, data_dir, "level1*.json"):
+        for path in self.eval_files(data_dir):
             for s in load_level1(path):
                 if not self.languages or s.language in self.languages:
                     by_language.setdefault(s.language, []).append(s)
@@ -49,17 +50,15 @@ class Level1Probe(Level0Probe):
                 head = prefix + tokenizer.encode(context, add_special_tokens=False) if context else prefix
                 head_bytes = codec.decode(head)
                 for k in range(1, len(char.encode("utf-8"))):
-                    samples.append(
-                        utf8_probe.byte_prefix_sample(codec, head, head_bytes, language, char, k, item.tier)
-                    )
-        return utf8_probe.prepared_for(tokenizer, samples, codec)
+                    samples.append(byte_prefix_sample(codec, head, head_bytes, language, char, k, item.tier))
+        return prepared_for(tokenizer, samples, codec)
 
-    def groups(self, samples: list[utf8_probe.Utf8Sample]) -> Iterator[tuple[str, np.ndarray]]:
-        """(key, mask) of every reported group: all, language, language x k."""
+    def groups(self, samples: list[Utf8Sample]) -> Iterator[tuple[Callable[[str], str], np.ndarray]]:
+        """All, language, language x k."""
         lang = np.array([s.language for s in samples])
         k = np.array([s.k_label for s in samples])
-        yield "all", np.ones(len(samples), dtype=bool)
+        yield partial(keys.level1, "all"), np.ones(len(samples), dtype=bool)
         for lg in sorted(set(lang)):
-            yield lg, lang == lg
+            yield partial(keys.level1, lg), lang == lg
             for kl in sorted(set(k[lang == lg])):
-                yield f"{lg}/{kl}", (lang == lg) & (k == kl)
+                yield partial(keys.level1, lg, k=kl), (lang == lg) & (k == kl)

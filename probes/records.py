@@ -1,9 +1,11 @@
 """``probes.jsonl``: one record per (checkpoint, probe), appended as soon as it exists.
 
-{"checkpoint", "step", "tokens_seen", "probe", "status": "ok"|"failed", "error",
- "seconds", "metrics": {...}} (``../shared/CONVENTIONS.md``). Appends are whole lines,
-flushed and fsynced, so a crash loses at most the record in flight; readers skip a torn
-last line. The same file serves the training callback and ``bytecanary probe``.
+{"checkpoint", "step", "tokens_seen", "probe", "version", "params", "status": "ok"|"failed",
+ "error", "seconds", "metrics": {...}}. ``version`` is the probe's version and ``params``
+its fingerprint (parameters and eval files), so a record says which setup made it. Appends
+are whole lines, flushed and fsynced, so a crash loses at most the record in flight;
+readers skip a torn last line. The same file serves the training callback and
+``bytecanary probe``.
 """
 
 from __future__ import annotations
@@ -22,12 +24,17 @@ def make_record(
     metrics: dict[str, float] | None,
     seconds: float,
     error: str | None = None,
+    *,
+    version: int,
+    params: str,
 ) -> dict[str, Any]:
     return {
         "checkpoint": checkpoint,
         "step": step,
         "tokens_seen": tokens_seen,
         "probe": probe,
+        "version": version,
+        "params": params,
         "status": "failed" if error else "ok",
         "error": error,
         "seconds": round(seconds, 3),
@@ -57,6 +64,12 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def done(path: str | Path) -> set[tuple[str, str]]:
-    """(checkpoint, probe) pairs already probed successfully."""
-    return {(r["checkpoint"], r["probe"]) for r in read_records(path) if r.get("status") == "ok"}
+def completed(path: str | Path) -> set[tuple[str, str, int, str]]:
+    """(checkpoint, probe, version, params) of every successful record: a probe counts as
+    done on a checkpoint only for the same version and fingerprint (older records lack
+    both and never match)."""
+    return {
+        (r["checkpoint"], r["probe"], r.get("version"), r.get("params"))
+        for r in read_records(path)
+        if r.get("status") == "ok"
+    }

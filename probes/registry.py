@@ -1,14 +1,19 @@
 """Probes as a plug-in set: ``@register_probe("name")`` on a ``Probe`` subclass.
 
-A probe turns a model and its tokenizer into a flat dict of metrics. The callback and
-``bytecanary probe`` call the same classes the same way; under DDP the work is split as
-``prepare`` (same on every rank) -> ``compute`` (this rank's share) -> ``aggregate``
-(rank 0, over every rank's payload), so results equal a single-process run.
+A probe turns a model and its tokenizer into a flat dict of metrics, keyed as
+``bytecanary.keys`` declares. The callback and ``bytecanary probe`` call the same classes
+the same way; under DDP the work is split as ``prepare`` (same on every rank) ->
+``compute`` (this rank's share) -> ``aggregate`` (rank 0, over every rank's payload), so
+results equal a single-process run. A probe's ``version`` and ``fingerprint`` say which
+setup produced a record, so a changed probe is rerun and an unchanged one is not.
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
+import inspect
+import json
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,12 +23,40 @@ PROBES: dict[str, type[Probe]] = {}
 
 
 class Probe:
-    """Base class. Subclasses set ``name`` (via the decorator), ``version`` (bumped when
-    outputs change) and ``higher_is_better`` for their metric names."""
+    """Base class. Subclasses get ``name`` from the decorator, set ``version`` (bump it when
+    outputs change for the same parameters) and list the files they read in ``eval_files``."""
 
     name: ClassVar[str] = ""
     version: ClassVar[int] = 1
-    higher_is_better: ClassVar[dict[str, bool]] = {}
+    # not hashed into the fingerprint: where per-sample lines go changes no metric. (batch_size
+    # is hashed: batches set the per-batch sampling seeds and the float rounding.)
+    unhashed: ClassVar[tuple[str, ...]] = ("records",)
+    params: dict[str, Any]
+    """The constructor's arguments, defaults filled in (set before ``__init__`` runs)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Probe:
+        """Keep the constructor's arguments, so no subclass has to store them for the fingerprint."""
+        self = super().__new__(cls)
+        signature = inspect.signature(cls.__init__)
+        bound = signature.bind_partial(self, *args, **kwargs)  # an unknown argument raises TypeError
+        bound.apply_defaults()
+        self.params = dict(list(bound.arguments.items())[1:])  # without self
+        return self
+
+    def __init__(self) -> None:
+        """A probe without parameters."""
+
+    def eval_files(self, data_dir: Path | None) -> list[Path]:
+        """The files whose contents the metrics depend on (eval sets, task files)."""
+        return []
+
+    def fingerprint(self, data_dir: Path | None) -> str:
+        """Short hash of the parameters and of the eval files' contents: two records with the
+        same version and fingerprint came from the same setup."""
+        params = {k: v for k, v in self.params.items() if k not in self.unhashed}
+        files = [hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in self.eval_files(data_dir)]
+        blob = json.dumps({"params": params, "files": files}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def prepare(self, tokenizer: Any, data_dir: Path | None) -> Any:
         """Build the samples (deterministic: every rank builds the same)."""
@@ -58,15 +91,12 @@ def register_probe(name: str):
     return wrap
 
 
-def get_probe(name: str, **params: Any) -> Probe:
-    """An instance of the probe ``name``; unknown names suggest the nearest one."""
+def probe_class(name: str) -> type[Probe]:
+    """The probe registered as ``name``; unknown names suggest the nearest one."""
     import probes  # noqa: F401  (importing the package registers every probe)
 
     if name not in PROBES:
         near = difflib.get_close_matches(name, PROBES, n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise BytecanaryError(f"unknown probe {name!r}{hint}; known: {', '.join(sorted(PROBES))}")
-    try:
-        return PROBES[name](**params)
-    except (TypeError, ValueError) as err:  # an unknown or invalid argument: the user's config
-        raise BytecanaryError(f"probe {name!r}: {err}") from None
+    return PROBES[name]

@@ -4,8 +4,10 @@ PATH is a Lightning ``.ckpt``, an HF model folder, a folder of checkpoints (prob
 order), or, with ``--revision``, a model id whose revisions form a series (Pythia's
 ``step1000``...). Records go to a ``probes.jsonl`` of the training callback's shape, and
 (checkpoint, probe) pairs already there are skipped, so a rerun after a crash does only
-what is missing. ``--watch DIR`` follows a running training and probes each new
-checkpoint until interrupted.
+what is missing: a pair counts as done only for the probe's current version and
+fingerprint (parameters and eval files), so a changed probe is redone and nothing else.
+``--watch DIR`` follows a running training and probes each new checkpoint until
+interrupted. Printing the summary is the caller's job (the command line).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,13 +23,12 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from bytecanary.analysis import mcqa_series
 from bytecanary.checkpoints import checkpoint_meta, gpt2_from_checkpoint, load_checkpoint, tokenizer_dir
 from bytecanary.config import read_yaml
-from bytecanary.data.evalsets import TIERS
 from bytecanary.errors import BytecanaryError
-from probes.records import append_record, done, make_record, read_records
-from probes.registry import get_probe
+from probes.common import build_probes, validate_specs
+from probes.records import append_record, completed, make_record
+from probes.registry import Probe
 
 _STEP = re.compile(r"step[_-]?(\d+)")
 
@@ -84,6 +85,22 @@ class Loaded:
     tokens_seen: int | None
 
 
+def _hf_info(target: Target) -> dict[str, Any]:
+    """``bytecanary.json`` beside an exported model (step, tokens_seen, data_dir), if any."""
+    info_path = Path(target.path) / "bytecanary.json"
+    return json.loads(info_path.read_text()) if info_path.is_file() else {}
+
+
+def data_dir_of(target: Target) -> Path | None:
+    """The data folder the checkpoint was trained on (its eval sets), from its metadata:
+    no model is built, so an already-probed checkpoint is checked cheaply."""
+    if target.kind == "lightning":
+        meta = checkpoint_meta(load_checkpoint(target.path), target.path)
+        return tokenizer_dir(meta, target.path).parent
+    info = _hf_info(target)
+    return Path(info["data_dir"]) if info.get("data_dir") else None
+
+
 def load(target: Target, device: str) -> Loaded:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -104,24 +121,24 @@ def load(target: Target, device: str) -> Loaded:
     except (OSError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BytecanaryError(f"{target.key}: cannot load the model: {first}") from None
-    info_path = Path(target.path) / "bytecanary.json"
-    info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    info = _hf_info(target)
     step = info.get("step", target.step_hint if target.step_hint >= 0 else None)
-    data_dir = Path(info["data_dir"]) if info.get("data_dir") else None
-    return Loaded(model.eval().to(device), tokenizer, data_dir, step, info.get("tokens_seen"))
+    return Loaded(model.eval().to(device), tokenizer, data_dir_of(target), step, info.get("tokens_seen"))
 
 
-def _probe_params(name: str, trial: bool, eval_sets: dict[str, str | None]) -> dict[str, Any]:
+def with_cli_params(spec: dict[str, Any], trial: bool, eval_sets: dict[str, str | None]) -> dict[str, Any]:
+    """``spec`` with the command line's ``--trial`` and eval-set files; the spec's own values win."""
     params: dict[str, Any] = {"trial": trial}
-    if eval_sets.get(name):
-        params["eval_sets"] = [eval_sets[name]]
-    return params
+    if eval_sets.get(spec["name"]):
+        params["eval_sets"] = [eval_sets[spec["name"]]]
+    return {**params, **spec}
 
 
 def probe_specs(config: str | None, names: list[str] | None) -> list[dict[str, Any]]:
     """``{name, **params}`` per probe: the ``probes:`` list of a YAML config (a training
     config's, so a checkpoint is probed as its training probed it), kept to ``names`` when
-    given; without a config, ``names`` with default parameters."""
+    given and checked against each probe's parameters; without a config, ``names`` with
+    default parameters."""
     if config is None:
         return [{"name": n} for n in names or ["level0", "level1"]]
     doc = read_yaml(config)
@@ -132,28 +149,62 @@ def probe_specs(config: str | None, names: list[str] | None) -> list[dict[str, A
     missing = sorted(set(names or []) - {s["name"] for s in chosen})
     if missing:
         raise BytecanaryError(f"{config}: probes: no entry for {', '.join(missing)}")
+    validate_specs(chosen, source=config)
     return chosen
+
+
+def pending(targets: list[Target], probes: list[Probe], out: Path) -> list[tuple[Target, Probe]]:
+    """(target, probe) pairs with no successful record of the probe's version and fingerprint.
+    The fingerprint may read the checkpoint's data folder, which is looked up only for a
+    checkpoint that has records at all."""
+    finished = completed(out)
+    todo = []
+    for target in targets:
+        mine = {(name, version, params) for key, name, version, params in finished if key == target.key}
+        data_dir = data_dir_of(target) if mine else None
+        todo += [
+            (target, p)
+            for p in probes
+            if not mine or (p.name, p.version, p.fingerprint(data_dir)) not in mine
+        ]
+    return todo
+
+
+def probe_one(target: Target, loaded: Loaded, probe: Probe) -> dict[str, Any]:
+    """The record of one probe on one loaded checkpoint; a probe bug becomes a failed record."""
+    params = probe.fingerprint(loaded.data_dir)
+    start = time.perf_counter()
+    try:
+        with torch.no_grad():
+            metrics, error = probe.run(loaded.model, loaded.tokenizer, loaded.data_dir), None
+    except BytecanaryError:
+        raise  # bad input (eval set, tokenizer): the user must fix it
+    except Exception as err:  # a probe bug must not lose the other probes' results
+        metrics, error = None, f"{type(err).__name__}: {err}"
+    seconds = time.perf_counter() - start
+    return make_record(
+        target.key,
+        loaded.step,
+        loaded.tokens_seen,
+        probe.name,
+        metrics,
+        seconds,
+        error,
+        version=probe.version,
+        params=params,
+    )
 
 
 def probe_targets(
     targets: list[Target],
-    specs: list[dict[str, Any]],
+    probes: list[Probe],
     out: Path,
-    trial: bool = False,
-    eval_sets: dict[str, str | None] | None = None,
     device: str | None = None,
     wandb_run: Any = None,
 ) -> list[dict[str, Any]]:
-    """Probe every target not yet in ``out``; returns the new records."""
+    """Probe every (target, probe) pair not yet in ``out``; returns the new records."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    probes = []
-    for spec in specs:
-        params = {k: v for k, v in spec.items() if k != "name"}  # the config's own values win
-        probes.append(
-            get_probe(spec["name"], **(_probe_params(spec["name"], trial, eval_sets or {}) | params))
-        )
-    finished = done(out)
-    todo = [(t, p) for t in targets for p in probes if (t.key, p.name) not in finished]
+    todo = pending(targets, probes, out)
     if not todo:
         print(f"nothing to do: every checkpoint and probe is already in {out}")
         return []
@@ -163,32 +214,16 @@ def probe_targets(
         loaded = load(target, device)
         for probe in (p for t, p in todo if t == target):
             bar.set_postfix_str(f"{Path(target.path).name} {probe.name}")
-            start = time.perf_counter()
-            try:
-                with torch.no_grad():
-                    metrics, error = probe.run(loaded.model, loaded.tokenizer, loaded.data_dir), None
-            except BytecanaryError:
-                raise  # bad input (eval set, tokenizer): the user must fix it
-            except Exception as err:  # a probe bug must not lose the other probes' results
-                metrics, error = None, f"{type(err).__name__}: {err}"
-            record = make_record(
-                target.key,
-                loaded.step,
-                loaded.tokens_seen,
-                probe.name,
-                metrics,
-                time.perf_counter() - start,
-                error,
-            )
+            record = probe_one(target, loaded, probe)
             append_record(out, record)
             new.append(record)
-            if wandb_run is not None and metrics:
+            if wandb_run is not None and record["metrics"]:
                 extra = {
                     k: v
                     for k, v in (("tokens_seen", loaded.tokens_seen), ("step", loaded.step))
                     if v is not None
                 }
-                wandb_run.log({**metrics, **extra})
+                wandb_run.log({**record["metrics"], **extra})
             bar.update(1)
         del loaded
     bar.close()
@@ -206,111 +241,22 @@ def watch(folder: Path, interval: float) -> Iterator[list[Target]]:
         time.sleep(interval)
 
 
-TABLES = {
-    "level0": (
-        "Level 0 (context-free validity)",
-        [
-            ("partial", "all/all/partial"),
-            ("strict", "all/all/strict"),
-            ("gold win", "all/all/gold_win_rate"),
-            ("ppl", "all/all/ppl"),
-        ],
-        "{lang}/all/partial",
-    ),
-    "level1": (
-        "Level 1 (context-guided retrieval)",
-        [("term match", "all/term_match"), ("partial", "all/partial"), ("gold win", "all/gold_win_rate")],
-        "{lang}/term_match",
-    ),
-}
-# MCQA headline: accuracy averaged over the embedded (word) and NonsenseQA (nonsense) tasks
-MCQA_COLUMNS = [
-    ("word sep", "wordcomp", "letter_separate/acc"),
-    ("word mrg", "wordcomp", "letter_merged/acc"),
-    ("word cloze", "wordcomp", "cloze/acc"),
-    ("word M&D", "wordcomp", "dashed/acc"),
-    ("nons sep", "nonsenseqa", "letter_separate/acc"),
-    ("nons M&D", "nonsenseqa", "dashed/acc"),
-    ("FSI", "all", "fsi"),
-    ("PSI", "all", "psi"),
-]
+def _start_wandb(project: str, out: Path, config: dict[str, Any]) -> Any:
+    import wandb
 
+    from bytecanary.tracking import define_tokens_seen_axis, wandb_mode
 
-def _mcqa_cells(metrics: dict[str, float]) -> list[float | None]:
-    cells = []
-    for _, group, suffix in MCQA_COLUMNS:
-        if group == "all":
-            cells.append(metrics.get(f"probe/mcqa/all/{suffix}"))
-            continue
-        values = [
-            v for k, v in metrics.items() if k.startswith(f"probe/mcqa/{group}_") and k.endswith(suffix)
-        ]
-        cells.append(sum(values) / len(values) if values else None)
-    return cells
-
-
-def summary(out: Path) -> str:
-    """Per probe, one row per checkpoint: step, tokens, headline metrics, then by language;
-    for MCQA, the cross-checkpoint statistics under the table."""
-    by_probe: dict[str, dict[str, dict[str, Any]]] = {}
-    for r in read_records(out):
-        if r["status"] == "ok" and (r["probe"] in TABLES or r["probe"] == "mcqa"):
-            by_probe.setdefault(r["probe"], {})[r["checkpoint"]] = r
-    blocks = []
-    for probe, records in by_probe.items():
-        if probe == "mcqa":
-            title, names = "MCQA (accuracy, mean over tasks)", [n for n, _, _ in MCQA_COLUMNS]
-        else:
-            title, headline, per_lang = TABLES[probe]
-            keys = {k for r in records.values() for k in r["metrics"]}
-            langs = sorted({k.split("/")[2] for k in keys} - {"all"})
-            cols = [f"probe/{probe}/{key}" for _, key in headline]
-            cols += [f"probe/{probe}/{per_lang.format(lang=lang)}" for lang in langs]
-            names = [n for n, _ in headline] + langs
-        lines = [title, f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(f"{n:>11}" for n in names)]
-        for key, r in sorted(records.items(), key=lambda kv: (kv[1]["step"] is None, kv[1]["step"] or 0)):
-            m = r["metrics"]
-            values = _mcqa_cells(m) if probe == "mcqa" else [m.get(k) for k in cols]
-            cells = _cells(values)
-            tokens = f"{r['tokens_seen']:,}" if r["tokens_seen"] is not None else "-"
-            step = r["step"] if r["step"] is not None else "-"
-            lines.append(f"{Path(key.split('@')[0]).name[-28:]:<28}{step:>8}{tokens:>12}{cells}")
-        if probe == "mcqa" and len(records) > 1:
-            lines.append(_mcqa_series_line(list(records.values())))
-        if probe == "level0":
-            lines += _tier_lines(max(records.values(), key=lambda r: r["step"] or 0))
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
-
-
-def _cells(values: list[float | None]) -> str:
-    return "".join(f"{v:>11.3f}" if v is not None else f"{'-':>11}" for v in values)
-
-
-def _tier_lines(record: dict[str, Any]) -> list[str]:
-    """V_partial by language and frequency tier at one checkpoint (the last probed)."""
-    m = record["metrics"]
-    langs = sorted({k.split("/")[2] for k in m} - {"all"})
-    lines = [f"{'partial by tier, step ' + str(record['step']):<28}" + "".join(f"{t:>11}" for t in TIERS)]
-    lines += [
-        f"{lang:<28}" + _cells([m.get(f"probe/level0/{lang}/{t}/partial") for t in TIERS]) for lang in langs
-    ]
-    return lines
-
-
-def _mcqa_series_line(records: list[dict[str, Any]]) -> str:
-    """Kendall tau of the checkpoints' rankings under the two space strategies, and how
-    much of wrapper accuracy parsability explains (Pearson r, fixed-effects beta)."""
-    s = mcqa_series(records)
-    taus = {k.split("/")[2]: v for k, v in s.items() if k.endswith("kendall_tau_sep_merged")}
-    tau = "  ".join(f"{t} {v:+.2f}" for t, v in taus.items() if v == v)
-    nan = float("nan")
-    beta, se = s.get("probe/mcqa/all/parsability_beta", nan), s.get("probe/mcqa/all/parsability_beta_se", nan)
-    r = s.get("probe/mcqa/all/acc_parsable_r", nan)
-    return (
-        f"across checkpoints: Kendall tau (separate vs merged ranking) {tau or 'n/a'}\n"
-        f"accuracy vs parsability over wrapper cells: Pearson r {r:.3f}, beta {beta:.3f} +- {se:.3f}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    wandb_run = wandb.init(
+        project=project,
+        dir=str(out.parent),
+        job_type="probe",
+        mode=wandb_mode(),
+        config=config,
+        settings={"silent": True},
     )
+    define_tokens_seen_axis(wandb_run)
+    return wandb_run
 
 
 def run(
@@ -319,45 +265,36 @@ def run(
     out: str = "probes.jsonl",
     trial: bool = False,
     eval_sets: dict[str, str | None] | None = None,
-    wandb_project: str | None = "bytecanary",
+    wandb_project: str | None = None,
     watch_dir: str | None = None,
     interval: float = 30.0,
     revisions: list[str] | None = None,
     device: str | None = None,
+    finish: Callable[[Path, Any], None] | None = None,
 ) -> int:
-    """The ``bytecanary probe`` command."""
+    """The ``bytecanary probe`` command: probe ``paths`` (then ``watch_dir``) into ``out``.
+
+    ``wandb_project`` (None: no W&B) gets the metrics as they come; ``finish`` is called
+    with (records path, W&B run) before that run is closed, e.g. to add cross-checkpoint
+    statistics to its summary. The caller prints the summary table."""
     out_path = Path(out)
     targets = resolve(paths, revisions) if paths else []
+    built = build_probes([with_cli_params(s, trial, eval_sets or {}) for s in probes])
     wandb_run = None
     if wandb_project:
-        import wandb
-
-        from bytecanary.tracking import define_tokens_seen_axis, wandb_mode
-
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        wandb_run = wandb.init(
-            project=wandb_project,
-            dir=str(out_path.parent),
-            job_type="probe",
-            mode=wandb_mode(),
-            config={"paths": paths, "probes": probes, "trial": trial},
-            settings={"silent": True},
-        )
-        define_tokens_seen_axis(wandb_run)
+        wandb_run = _start_wandb(wandb_project, out_path, {"paths": paths, "probes": probes, "trial": trial})
     try:
-        probe_targets(targets, probes, out_path, trial, eval_sets, device, wandb_run)
+        probe_targets(targets, built, out_path, device, wandb_run)
         if watch_dir:
             print(f"watching {watch_dir} for new checkpoints (Ctrl-C to stop)")
             try:
                 for fresh in watch(Path(watch_dir), interval):
                     if fresh:
-                        probe_targets(fresh, probes, out_path, trial, eval_sets, device, wandb_run)
+                        probe_targets(fresh, built, out_path, device, wandb_run)
             except KeyboardInterrupt:
                 print("stopped watching")
-        if wandb_run is not None:  # cross-checkpoint statistics beside the per-checkpoint curves
-            mcqa = [r for r in read_records(out_path) if r["probe"] == "mcqa" and r["status"] == "ok"]
-            if len(mcqa) > 1:
-                wandb_run.summary.update(mcqa_series(mcqa))
+        if wandb_run is not None and finish is not None:
+            finish(out_path, wandb_run)
     finally:
         if wandb_run is not None:
             from bytecanary.tracking import finish_wandb
@@ -365,6 +302,4 @@ def run(
             sync = finish_wandb()
             if sync:
                 print(f"W&B offline run saved; upload it with: {sync}")
-    print(summary(out_path))
-    print(f"records: {out_path}")
     return 0

@@ -1,12 +1,14 @@
-"""What Level 0 and Level 1 share: byte-prefix prompts, decoding, scoring, aggregation.
+"""The UTF-8 probes' common ground: byte-prefix prompts, decoding, scoring, aggregation.
 
-A sample is a prompt ending in the first k bytes of a target character, spelled as byte
-tokens, and the gold remainder of that character. After decoding, every step t scores
-Bytes(prompt + generated[:t]) with the incremental DFA (seeds/003 section 3.2.1).
-Special tokens add no bytes, and once generation stops, later steps score the stream as
-it stands. Delta_LL compares the teacher-forced log-likelihood of the gold remainder's
-byte tokens with that of the generated tokens (section 3.2.3). Term Match asks for
-exactly the remainder and then a character boundary (section 3.2.2).
+Level 0 and Level 1 are siblings over ``Utf8Probe``: both prompt with the first k bytes of
+a target character spelled as byte tokens and score what the model writes next; they
+differ only in which samples they build and how they group them. After decoding, every
+step t scores Bytes(prompt + generated[:t]) with the incremental DFA ("Beyond Perplexity:
+UTF-8 Validity in Byte-aware LMs", arXiv 2606.14122, section 3.2.1). Special tokens add
+no bytes, and once generation stops, later steps score the stream as it stands. Delta_LL
+compares the teacher-forced log-likelihood of the gold remainder's byte tokens with that
+of the generated tokens (section 3.2.3). Term Match asks for exactly the remainder and
+then a character boundary (section 3.2.2).
 
 Prompts start with the document separator (eos by default, what training showed the
 model between documents), then the tokenizer's own leading-space token when it prepends
@@ -18,16 +20,19 @@ that way, so we use ``▁``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from bytecanary import utf8
 from bytecanary.bytecodec import ByteCodec
+from bytecanary.data.evalsets import Level0Set
+from probes.common import context_size, eval_set_files, merge_shards, pad_id, shard_indices
 from probes.engine import Sampling, generate
+from probes.registry import Probe
 
 SPACE = "▁"
 
@@ -106,16 +111,13 @@ def prepared_for(tokenizer: Any, samples: list[Utf8Sample], codec: ByteCodec) ->
     samples = sorted(
         samples, key=lambda s: (len(s.prompt_ids) + len(s.gold_ids), s.prompt_ids + s.gold_ids, s.k)
     )
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return Prepared(samples, codec, tokenizer.eos_token_id, int(pad if pad is not None else 0))
+    return Prepared(samples, codec, tokenizer.eos_token_id, pad_id(tokenizer))
 
 
 def fit_context(samples: list[Utf8Sample], model: Any, room: int, codec: ByteCodec) -> list[Utf8Sample]:
     """Cut prompts from the left so prompt + ``room`` new tokens fit the model's context
     (long Level 1 sentences on small models); the scored bytes follow the cut."""
-    n_ctx = getattr(model.config, "n_positions", None) or getattr(
-        model.config, "max_position_embeddings", None
-    )
+    n_ctx = context_size(model)
     if not n_ctx:
         return samples
     keep = n_ctx - room
@@ -127,23 +129,26 @@ def fit_context(samples: list[Utf8Sample], model: Any, room: int, codec: ByteCod
     ]
 
 
-def my_batches(n: int, batch_size: int, rank: int, world: int) -> np.ndarray:
-    """Indices of the samples in this rank's batches: whole batches dealt round-robin,
-    so every batch is the same in a DDP run as in a single process."""
-    starts = range(rank * batch_size, n, world * batch_size)
-    return np.array([i for s in starts for i in range(s, min(s + batch_size, n))], dtype=np.int64)
+def trial_subset(s: Level0Set, m: int, seed: int) -> list:
+    """M entries spread evenly over the tiers (seeded); all of them when fewer."""
+    rng = np.random.default_rng(seed)
+    by_tier: dict[str, list] = {}
+    for e in s.entries:
+        by_tier.setdefault(e.tier, []).append(e)
+    queues = {t: [es[i] for i in rng.permutation(len(es))] for t, es in sorted(by_tier.items())}
+    chosen: list = []
+    while len(chosen) < m and any(queues.values()):
+        for t in sorted(queues):
+            if queues[t] and len(chosen) < m:
+                chosen.append(queues[t].pop())
+    return chosen
 
 
-def compute(
-    model: Any,
-    prep: Prepared,
-    cfg: DecodeConfig,
-    rank: int = 0,
-    world: int = 1,
-    progress: Callable | None = None,
+def decode_and_score(
+    model: Any, prep: Prepared, cfg: DecodeConfig, rank: int = 0, world: int = 1
 ) -> dict[str, np.ndarray]:
     """Per-sample results of this rank's share (arrays, with ``index`` into the samples)."""
-    idx = my_batches(len(prep.samples), cfg.batch_size, rank, world)
+    idx = shard_indices(len(prep.samples), cfg.batch_size, rank, world)
     samples = fit_context([prep.samples[i] for i in idx], model, cfg.max_new_tokens, prep.codec)
     prompts = [list(s.prompt_ids) for s in samples]
     golds = [list(s.gold_ids) for s in samples]
@@ -182,13 +187,6 @@ def compute(
         "tokens": gen.tokens,
         "lengths": gen.lengths,
     }
-
-
-def merge(payloads: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Every rank's per-sample arrays, back in sample order."""
-    merged = {k: np.concatenate([p[k] for p in payloads]) for k in payloads[0]}
-    order = np.argsort(merged["index"], kind="stable")
-    return {k: v[order] for k, v in merged.items()}
 
 
 def group_metrics(r: dict[str, np.ndarray], mask: np.ndarray, term_match: bool) -> dict[str, float]:
@@ -240,3 +238,67 @@ def write_records(path: str | Path, probe: str, samples: list[Utf8Sample], r: di
                 term_match=bool(r["term_match"][i]),
             )
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+class Utf8Probe(Probe):
+    """What Level 0 and Level 1 share: the knobs, decoding, scoring, aggregation and records.
+    A subclass builds its samples (``prepare``) and names the groups it reports (``groups``)."""
+
+    term_match: ClassVar[bool] = False  # report Term Match: the exact remainder, then a boundary
+    eval_set_pattern: ClassVar[str] = ""  # the probe's eval-set files in <data_dir>/evalsets/
+
+    def __init__(
+        self,
+        trial: bool = True,
+        per_language: int = 256,
+        eval_sets: list[str] | None = None,
+        languages: list[str] | None = None,
+        max_new_tokens: int = 5,
+        batch_size: int = 256,
+        alpha: float = 0.1,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        prefix: str = "eos",
+        records: str | None = None,
+    ) -> None:
+        """
+        Args:
+            trial: M = ``per_language`` characters (Level 1: sentences) per language; False:
+                the whole set.
+            eval_sets: eval-set files (Level 0: published format; Level 1: JSON lists);
+                default: the data's evalsets/.
+            languages: keep only these languages.
+            max_new_tokens: tokens generated after each prompt (T).
+            alpha: EMA weight of V_ema.
+            temperature, top_k, top_p, seed: sampling; temperature 0 is greedy.
+            prefix: token before each prompt: "eos" (document separator), "bos" or "none".
+            records: append one JSON line per sample to this file.
+        """
+        if prefix not in ("eos", "bos", "none"):
+            raise ValueError(f"prefix must be eos, bos or none, got {prefix!r}")
+        self.trial, self.per_language, self.eval_sets = trial, per_language, eval_sets
+        self.languages, self.seed, self.records = languages, seed, records
+        self.cfg = DecodeConfig(
+            max_new_tokens, batch_size, alpha, Sampling(temperature, top_k, top_p, seed), prefix
+        )
+
+    def eval_files(self, data_dir: Path | None) -> list[Path]:
+        return eval_set_files(self.eval_sets, data_dir, self.eval_set_pattern)
+
+    def groups(self, samples: list[Utf8Sample]) -> Iterator[tuple[Callable[[str], str], np.ndarray]]:
+        """(metric name -> key, mask) of every reported group of samples."""
+        raise NotImplementedError
+
+    def compute(self, model: Any, tokenizer: Any, prepared: Prepared, rank: int = 0, world: int = 1):
+        return decode_and_score(model, prepared, self.cfg, rank, world)
+
+    def aggregate(self, prepared: Prepared, payloads: list[dict[str, np.ndarray]]) -> dict[str, float]:
+        r = merge_shards(payloads)
+        if self.records:
+            write_records(self.records, self.name, prepared.samples, r)
+        out: dict[str, float] = {}
+        for key, mask in self.groups(prepared.samples):
+            out.update({key(m): v for m, v in group_metrics(r, mask, self.term_match).items()})
+        return out

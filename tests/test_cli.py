@@ -1,9 +1,15 @@
-"""The command line: help, and the demo's smoke path."""
+"""The command line: help from the functions' docstrings, one-line errors, the flags reaching
+the code they name, and the demo's smoke path."""
+
+import sys
+import types
 
 import pytest
 import yaml
 
+from bytecanary import cli
 from bytecanary.cli import main
+from bytecanary.report.summary import add_mcqa_series
 from probes.records import read_records
 
 from .conftest import MICRO, write_config
@@ -13,9 +19,86 @@ def test_help_lists_commands(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--help"])
     assert exit_info.value.code == 0
-    assert "demo" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("prepare", "train", "export", "probe", "demo", "report"))
 
 
+def test_probe_help_lists_the_flags_with_their_docstring_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["probe", "--help"])
+    assert exit_info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # help wraps lines
+    flags = ["--probes", "--config", "--trial", "--level0-set", "--level1-set", "--out", "--wandb-project"]
+    flags += ["--no-wandb", "--watch", "--interval", "--revision", "--device", "PATHS"]
+    assert all(flag in out for flag in flags)
+    assert "probe each new checkpoint in this folder until Ctrl-C" in out  # from the docstring
+    assert "default: probes.jsonl" in out and "default: 30.0" in out  # from the signature
+
+
+def test_unknown_flag_is_one_line_and_exit_2(capsys):
+    assert main(["probe", "x.ckpt", "--bogus"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "error: unrecognized arguments: --bogus\n" and captured.out == ""
+    assert main(["probe", "x.ckpt", "--interval", "soon"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "interval" in err and len(err.splitlines()) == 1
+
+
+def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
+    """The runner is replaced (no model is loaded); every flag lands in its keyword."""
+    calls = []
+    runner = types.ModuleType("probes.runner")
+    runner.probe_specs = lambda config, names: {"config": config, "names": names}
+    runner.run = lambda *args, **kwargs: calls.append((args, kwargs))
+    monkeypatch.setitem(sys.modules, "probes.runner", runner)
+    out = tmp_path / "p.jsonl"
+    args = ["probe", "org/model", "--probes", "level0, mcqa", "--trial", "--level1-set", "l1.json"]
+    args += ["--out", str(out), "--no-wandb", "--revision", "step1,step2", "--device", "cpu"]
+    assert main(args) == 0
+    [(positional, kwargs)] = calls
+    assert positional == (["org/model"], {"config": None, "names": ["level0", "mcqa"]})
+    assert kwargs == {
+        "out": str(out),
+        "trial": True,
+        "eval_sets": {"level0": None, "level1": "l1.json"},
+        "wandb_project": None,
+        "watch_dir": None,
+        "interval": 30.0,
+        "revisions": ["step1", "step2"],
+        "device": "cpu",
+        "finish": add_mcqa_series,
+    }
+    assert capsys.readouterr().out == f"\nrecords: {out}\n"  # no records yet: an empty summary
+    assert main(["probe", "m", "--wandb-project", "mine", "--watch", "ckpts", "--interval", "2"]) == 0
+    assert calls[-1][1]["wandb_project"] == "mine" and calls[-1][1]["watch_dir"] == "ckpts"
+    assert calls[-1][1]["interval"] == 2.0 and calls[-1][1]["trial"] is False
+
+
+def test_probe_without_a_path_or_watch_is_one_line(capsys):
+    assert main(["probe"]) == 2
+    assert capsys.readouterr().err == "error: probe: give at least one PATH or --watch DIR\n"
+
+
+def test_train_passes_its_arguments_to_lightning_cli_unchanged(monkeypatch):
+    seen = []
+    train_cli = types.ModuleType("train.cli")
+    train_cli.main = lambda args: seen.append(args) or 0
+    monkeypatch.setitem(sys.modules, "train.cli", train_cli)
+    argv = ["--config", "configs/tiny.yaml", "--trainer.max_steps=3", "--help"]
+    assert main(["train", *argv]) == 0
+    assert seen == [argv]
+
+
+def test_defaults_live_in_the_signatures():
+    from bytecanary.tracking import DEFAULT_PROJECT
+
+    probe = cli.build_parser().parse_args(["probe", "x"]).probe
+    assert (probe.out, probe.interval, probe.wandb_project) == ("probes.jsonl", 30.0, DEFAULT_PROJECT)
+    demo = cli.build_parser().parse_args(["demo"]).demo
+    assert (demo.out, demo.minutes, demo.config) == ("runs/demo", 10.0, "configs/tiny.yaml")
+
+
+@pytest.mark.slow
 def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capsys):
     config = write_config(tmp_path / "small.yaml")
     micro = tmp_path / "micro.yaml"
@@ -34,10 +117,10 @@ def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capsys):
     assert all(r["status"] == "ok" for r in records)
     for name in ("convergence.png", "tiers.png", "mcqa.png"):
         assert (run / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (
-        "| tokens seen" in (run / "report" / "report.md").read_text().lower()
-        or "tokens" in (run / "report" / "report.md").read_text()
-    )
+    md = (run / "report" / "report.md").read_text()
+    last = max(records, key=lambda r: r["step"])
+    assert "| tokens seen | step | val ppl ↓ |" in md  # the per-checkpoint table...
+    assert f"\n| {last['tokens_seen']:,} | {last['step']} | " in md  # ...down to the last checkpoint
     assert "wandb sync" in printed and list((run / "wandb").glob("offline-run-*"))
     assert main(args) == 0  # a rerun continues the finished run: nothing more to train or probe
     assert len(read_records(tmp_path / "runs" / "demo" / "probes.jsonl")) == len(records)

@@ -1,4 +1,10 @@
-"""The layering rule (bytecanary <- probes <- train) and a fast, torch-free core."""
+"""The architecture's arrows, checked on every import statement of the repository.
+
+bytecanary (core, data, report room) <- probes <- train; the face (``bytecanary/cli.py``,
+``bytecanary/demo.py``) sees all three. ``train/`` reaches ``probes/`` only through the
+probe callback; the measurement core imports no torch and no probe; ``bytecanary/data``
+imports neither ``probes`` nor ``train``; only the face imports the report room and ``train``.
+"""
 
 import ast
 import subprocess
@@ -6,32 +12,95 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+FACE = {"bytecanary/cli.py", "bytecanary/demo.py"}
+PACKAGES = ("bytecanary", "probes", "train")
+CORE = {"bytecanary/utf8.py", "bytecanary/bytecodec.py", "bytecanary/stats.py", "bytecanary/keys.py"}
 
 
-def _imported_top_levels(path: Path) -> set[str]:
+def imports(path: Path, root: Path) -> set[str]:
+    """Every module a file imports, as dotted names (relative imports resolved)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = path.relative_to(root).with_suffix("").parts[:-1]
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.split(".")[0])
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            names.add(module)
+            names |= {f"{module}.{alias.name}" for alias in node.names}  # `from x import y` may be a module
     return names
 
 
-def test_dependencies_point_one_way():
-    forbidden = {"bytecanary": {"probes", "train"}, "probes": {"train"}}
-    for package, banned in forbidden.items():
-        for path in (ROOT / package).rglob("*.py"):
-            if path == ROOT / "bytecanary" / "cli.py":
-                continue  # the command line is the face of all three
-            bad = _imported_top_levels(path) & banned
-            assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}"
+def _under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def violations(root: Path) -> list[str]:
+    """One line per import that breaks an arrow."""
+    bad = []
+    for path in sorted(p for package in PACKAGES for p in (root / package).rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        for name in sorted(imports(path, root)):
+            rule = None
+            if rel in FACE:
+                continue
+            if _under(name, "train") and not rel.startswith("train/"):
+                rule = "only the face imports train/"
+            elif _under(name, "bytecanary.report") and not rel.startswith("bytecanary/report/"):
+                rule = "only the face imports the report room"
+            elif rel.startswith("bytecanary/") and _under(name, "probes"):
+                rule = "bytecanary/ never imports probes/"
+            elif rel.startswith("train/") and _under(name, "probes") and not _under(name, "probes.callback"):
+                rule = "train/ reaches probes/ only through probes.callback"
+            elif rel in CORE and (_under(name, "torch") or _under(name, "probes")):
+                rule = "the measurement core imports no torch and no probe"
+            if rule:
+                bad.append(f"{rel} imports {name}: {rule}")
+    return bad
+
+
+def test_the_arrows_hold():
+    assert violations(ROOT) == []
+
+
+def test_a_forbidden_import_is_caught(tmp_path):
+    """The checker itself: each arrow broken once in a scratch tree is reported."""
+    broken = {
+        "bytecanary/utf8.py": "import torch\n",
+        "bytecanary/data/corpus.py": "from probes import registry\n",
+        "bytecanary/stats.py": "from bytecanary.report import analysis\n",
+        "probes/runner.py": "from train.cli import main\n",
+        "train/module.py": "from probes.registry import get_probe\n",
+        "train/cli.py": "from probes.callback import ProbeCallback\n",  # allowed
+        "bytecanary/cli.py": "from train.cli import main\nfrom bytecanary.report import summary\n",  # face
+        "probes/mcqa/probe.py": "from ..runner import run\n",  # allowed, relative
+        "bytecanary/data/prepare.py": "from ...probes import common\n",
+    }
+    for rel, text in broken.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    found = violations(tmp_path)
+    assert [line.split(":")[0] for line in found] == [
+        "bytecanary/data/corpus.py imports probes",
+        "bytecanary/data/corpus.py imports probes.registry",
+        "bytecanary/data/prepare.py imports probes",
+        "bytecanary/data/prepare.py imports probes.common",
+        "bytecanary/stats.py imports bytecanary.report",
+        "bytecanary/stats.py imports bytecanary.report.analysis",
+        "bytecanary/utf8.py imports torch",
+        "probes/runner.py imports train.cli",
+        "probes/runner.py imports train.cli.main",
+        "train/module.py imports probes.registry",
+        "train/module.py imports probes.registry.get_probe",
+    ]
 
 
 def test_core_imports_without_torch_and_help_is_fast():
     code = (
-        "import sys, bytecanary.utf8, bytecanary.stats, bytecanary.cli;"
+        "import sys, bytecanary.utf8, bytecanary.stats, bytecanary.bytecodec, bytecanary.keys;"
+        "import bytecanary.cli;"
         "assert 'torch' not in sys.modules, 'torch loaded'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

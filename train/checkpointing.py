@@ -22,7 +22,7 @@ from bytecanary.checkpoints import (
     load_checkpoint,
     tokenizer_dir,
 )
-from bytecanary.io import atomic_dir, atomic_path
+from bytecanary.io import atomic_dir, atomic_path, refuse_foreign_dir
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -69,11 +69,16 @@ class ScheduledCheckpoint(ModelCheckpoint):
             super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
 
-def export(ckpt_path: str | Path, out_dir: str | Path) -> Path:
+RUN_FOLDER_MARKS = ("checkpoints", "metrics.jsonl", "probes.jsonl", "config.yaml")
+
+
+def export(ckpt_path: str | Path, out_dir: str | Path, force: bool = False) -> Path:
     """Lightning checkpoint -> ``save_pretrained`` folder (safetensors + tokenizer) that
-    ``AutoModelForCausalLM`` / ``AutoTokenizer`` load with no project code."""
+    ``AutoModelForCausalLM`` / ``AutoTokenizer`` load with no project code. A non-empty
+    ``out_dir`` is replaced only with ``force``, and a run folder never."""
     from transformers import AutoTokenizer
 
+    refuse_foreign_dir(out_dir, force, RUN_FOLDER_MARKS)
     ckpt = load_checkpoint(ckpt_path)
     meta = checkpoint_meta(ckpt, ckpt_path)
     model = gpt2_from_checkpoint(ckpt, ckpt_path)

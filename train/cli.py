@@ -4,7 +4,7 @@ Configs compose (``--config a.yaml --config b.yaml``) from the sections ``model`
 ``data``, ``trainer``, ``run`` and ``probes`` (fired at every checkpoint);
 ``--print_config`` prints the resolved one. The run folder ``<run.root>/<run.name>/``
 gets config.yaml, checkpoints/, metrics.jsonl, probes.jsonl and wandb/
-(``../shared/CONVENTIONS.md``).
+(README, "Training").
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_path
-from bytecanary.tracking import define_tokens_seen_axis, finish_wandb
+from bytecanary.tracking import DEFAULT_PROJECT, define_tokens_seen_axis, finish_wandb
 from probes.callback import ProbeCallback
 from train.checkpointing import AtomicCheckpointIO, ScheduledCheckpoint
 from train.datamodule import ShardDataModule
@@ -37,7 +37,7 @@ class RunConfig:
     root: str = "runs"
     experiment: str | None = None
     """W&B group (default: the run name)."""
-    wandb_project: str = "bytecanary"
+    wandb_project: str = DEFAULT_PROJECT
     wandb: bool = True
     """Log to W&B (offline without an API key); metrics.jsonl is always written."""
     checkpoint_every: int = 100
@@ -69,6 +69,25 @@ class BytecanaryCLI(LightningCLI):
         parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.eos_token_id", "model.eos_token_id", apply_on="instantiate")
 
+    def before_instantiate_classes(self) -> None:
+        """Build the probes before anything else, so a wrong probe parameter in a YAML is
+        one line naming the file, the probe and the parameter, before a step is trained."""
+        self.probe_callback = None
+        if self.config["probes"]:
+            run = self.run_config()
+            self.probe_callback = ProbeCallback(
+                self.config["probes"], run.probe_every_tokens, run.probe_strict, source=self._probes_source()
+            )
+
+    def _probes_source(self) -> str:
+        """The last ``--config`` file that sets ``probes`` (later files win), else the flag."""
+        files = [str(p) for p in self.config.get("config") or []]
+        for path in reversed(files):
+            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            if isinstance(doc, dict) and "probes" in doc:
+                return path
+        return "--probes"
+
     def run_config(self) -> RunConfig:
         return RunConfig(**vars(self.config["run"]))
 
@@ -81,8 +100,8 @@ class BytecanaryCLI(LightningCLI):
         callbacks.append(
             ScheduledCheckpoint(run.dir / "checkpoints", run.checkpoint_every, run.log_spaced_until)
         )
-        if self.config["probes"]:  # after the checkpoint callback: probes see saved weights
-            callbacks.append(ProbeCallback(self.config["probes"], run.probe_every_tokens, run.probe_strict))
+        if self.probe_callback is not None:  # after the checkpoint callback: probes see saved weights
+            callbacks.append(self.probe_callback)
         callbacks.append(TruncateMetricsOnStart())
         kwargs.update(
             default_root_dir=str(run.dir),
@@ -112,11 +131,12 @@ def latest_checkpoint(folder: Path) -> Path | None:
     return max(ckpts, key=lambda p: (p.stat().st_mtime_ns, p.name == "last.ckpt")) if ckpts else None
 
 
-def main(args: list[str] | None = None) -> int:
+def make_cli(args: list[str] | None, cli_class: type[BytecanaryCLI] = BytecanaryCLI) -> BytecanaryCLI:
+    """Parse (and, with the default class, instantiate) a training config."""
     # `bytecanary train ...` passes its own argv; sys.argv stays whole for DDP's re-launch
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
     warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*")  # Lightning 2.6 on torch 2.13: noise
-    cli = BytecanaryCLI(
+    return cli_class(
         ByteLM,
         ShardDataModule,
         args=args,
@@ -127,6 +147,10 @@ def main(args: list[str] | None = None) -> int:
         seed_everything_default=0,
         parser_kwargs={"prog": "bytecanary train", "default_config_files": []},
     )
+
+
+def main(args: list[str] | None = None) -> int:
+    cli = make_cli(args)
     run = cli.run_config()
     last = latest_checkpoint(run.dir / "checkpoints")
     if run.resume and last is None:

@@ -1,4 +1,4 @@
-"""The model and its optimiser: a standard HF ``GPT2LMHeadModel`` (seeds/003 section 1).
+"""The model and its optimiser: a standard HF ``GPT2LMHeadModel`` (arXiv:2606.14122 section 1).
 
 Every checkpoint is therefore a plain GPT-2 that ``AutoModelForCausalLM`` loads after
 ``bytecanary export``. The 355M preset is GPT-2 medium's shape (24 layers, 16 heads,

@@ -84,7 +84,7 @@ class TokenizerConfig:
 
 @dataclass
 class EvalSetConfig:
-    """Character snapshot and the Level 0 / Level 1 eval sets."""
+    """Character snapshot, the Level 0 / Level 1 eval sets and the embedded MCQA pool."""
 
     tier_mass: tuple[float, float] = (0.5, 0.9)
     """Seen characters sorted by count: ``common`` make the first 50% of occurrences,
@@ -97,6 +97,9 @@ class EvalSetConfig:
     level1_per_language: int = 256
     min_context_chars: int = 4
     """Level 1 sentences need at least this many characters before the target."""
+    wordcomp_per_language: int = 256
+    """Embedded word-completion MCQA items per language: the pool a probe takes its first
+    items from, so at least the largest ``embedded_per_language`` a probe will ask for."""
 
     def __post_init__(self) -> None:
         lo, hi = self.tier_mass
@@ -104,6 +107,8 @@ class EvalSetConfig:
             raise ValueError("eval.tier_mass must be two shares with 0 < first < second < 1")
         if self.tier_budget is not None and self.tier_budget not in self.snapshot_tokens:
             raise ValueError("eval.tier_budget must be one of eval.snapshot_tokens")
+        if self.wordcomp_per_language < 1:
+            raise ValueError("eval.wordcomp_per_language must be at least 1")
 
 
 @dataclass

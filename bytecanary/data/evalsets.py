@@ -1,4 +1,5 @@
-"""Eval sets for the UTF-8 probes (seeds/003 sections 3.1 and 3.3), and their loaders.
+"""Eval sets for the UTF-8 probes ("Beyond Perplexity: UTF-8 Validity in Byte-aware LMs",
+sections 3.1 and 3.3), and their loaders.
 
 Level 0: characters of a language in frequency tiers taken from a character snapshot of
 the training split. Seen characters of the language's blocks, sorted by count, are
@@ -9,8 +10,8 @@ tier ``unseen_3b`` keeps unseen 3-byte characters only, separating byte length f
 frequency. Level 1: held-out sentences that reach a rare or unseen character, cut right
 after it, topped up with template sentences when held-out text runs short.
 
-Files use the published formats (``../shared/CONVENTIONS.md``), so the paper's own eval
-files load too; malformed entries are rejected with their index.
+Files use the paper's published formats, so the paper's own eval files load too;
+malformed entries are rejected with their index.
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def _read_json(path: Path) -> object:
         raise BytecanaryError(f"{path}: invalid JSON ({err.msg}, line {err.lineno})") from None
 
 
-def _entry(item: object, where: str, required: tuple[str, ...]) -> dict:
+def checked_entry(item: object, where: str, required: tuple[str, ...]) -> dict:
     """An eval-set entry: an object holding every ``required`` key."""
     if not isinstance(item, dict):
         raise BytecanaryError(f"{where}: expected an object, got {item!r}")
@@ -211,7 +212,7 @@ def load_level0(path: str | Path) -> Level0Set:
     entries = []
     for i, item in enumerate(data["char_frequencies"]):
         where = f"{path}: char_frequencies[{i}]"
-        item = _entry(item, where, ("char", "count", "tier"))
+        item = checked_entry(item, where, ("char", "count", "tier"))
         char = item["char"]
         if not isinstance(char, str) or len(char) != 1:
             raise BytecanaryError(f"{where}: 'char' must be one character, got {char!r}")
@@ -245,7 +246,7 @@ def load_level1(path: str | Path) -> list[Level1Sample]:
     samples = []
     for i, item in enumerate(data):
         where = f"{path}: [{i}]"
-        item = _entry(item, where, ("language", "term", "sentence_prompt"))
+        item = checked_entry(item, where, ("language", "term", "sentence_prompt"))
         lang, term, prompt = item["language"], item["term"], item["sentence_prompt"]
         if lang not in LANGUAGES:
             raise BytecanaryError(f"{where}: unknown language {lang!r} (known: {', '.join(LANGUAGES)})")

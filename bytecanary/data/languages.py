@@ -1,7 +1,8 @@
 """What each language means to the corpus and the eval sets: scripts, blocks, punctuation.
 
 Evaluation characters are multi-byte (the probes ask a model to finish a character
-byte by byte), taken from each language's own Unicode blocks (seeds/003 section 3.1).
+byte by byte), taken from each language's own Unicode blocks ("Beyond Perplexity: UTF-8
+Validity in Byte-aware LMs", section 3.1).
 """
 
 from __future__ import annotations

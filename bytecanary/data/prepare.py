@@ -3,8 +3,10 @@
 Each stage writes into a temporary folder that replaces ``<out>/<stage>`` only when the
 stage has finished, with ``stage.json`` recording the hash of everything it read (its
 config slice and the hashes of the stages before it). A rerun skips every stage whose
-hash still matches, so an interrupted run resumes at the stage it was in, and no stage
-ever leaves a half-written file.
+hash still matches and whose files are all there, so an interrupted run resumes at the
+stage it was in, a folder prepared by an older version gains the files it lacks, and no
+stage ever leaves a half-written file. The eval sets are the UTF-8 probes' Level 0 /
+Level 1 sets and the embedded MCQA pool (``wordcomp``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
@@ -23,7 +25,7 @@ from tqdm.auto import tqdm
 
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.config import load_config
-from bytecanary.data import evalsets, shards
+from bytecanary.data import evalsets, shards, wordcomp
 from bytecanary.data.config import DataConfig
 from bytecanary.data.corpus import read_documents, source_documents
 from bytecanary.data.languages import LANGUAGES
@@ -37,14 +39,18 @@ def _hash(obj: object) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def run_stage(out: Path, name: str, key: dict, build: Callable[[Path], dict]) -> dict:
-    """Run ``build(tmp_dir) -> info`` unless ``out/name`` finished with the same key."""
+def run_stage(
+    out: Path, name: str, key: dict, build: Callable[[Path], dict], outputs: Iterable[str] = ()
+) -> dict:
+    """Run ``build(tmp_dir) -> info`` unless ``out/name`` finished with the same key and
+    holds every file named in ``outputs`` (the key cannot tell that a newer version of a
+    stage writes more files)."""
     stage_dir = out / name
     digest = _hash(key)
     meta_path = stage_dir / STAGE_FILE
     if meta_path.exists():
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        if meta.get("hash") == digest:
+        if meta.get("hash") == digest and all((stage_dir / f).is_file() for f in outputs):
             print(f"[{name}] up to date, skipped")
             return meta
     for stale in out.glob(f".{name}.*.tmp"):  # left by a run that was killed mid-stage
@@ -206,9 +212,14 @@ def _evalsets(cfg: DataConfig, corpus_dir: Path, snapshot_dir: Path, tmp: Path) 
             cfg.seed,
         )
         level1 += samples
+        items = wordcomp.build_items(
+            read_documents(corpus_dir / lang / "val.jsonl"), lang, cfg.eval.wordcomp_per_language, cfg.seed
+        )
+        wordcomp.write_items(tmp / wordcomp.file_name(lang), items)
         sizes[lang] = {
             "level0": {t: sum(e.tier == t for e in level0.entries) for t in evalsets.TIERS},
             "level1": {s: sum(x.source == s for x in samples) for s in ("heldout", "template")},
+            "wordcomp": len(items),
         }
     write_json(tmp / "level1.json", evalsets.level1_json(level1))
     return {"tier_budget": budget, "sizes": sizes}
@@ -247,19 +258,26 @@ def prepare(config_path: str | Path, out: str | Path | None = None) -> Path:
         out, "snapshot", snap_key, lambda tmp: _snapshot(cfg, out / "corpus", out / "shards", tmp)
     )
     eval_key = {"snapshot": snap["hash"], "eval": asdict(cfg.eval), "seed": cfg.seed}
+    eval_files = ["level1.json"]
+    eval_files += [name for lang in cfg.mixture for name in (f"level0_{lang}.json", wordcomp.file_name(lang))]
     evals = run_stage(
-        out, "evalsets", eval_key, lambda tmp: _evalsets(cfg, out / "corpus", out / "snapshot", tmp)
+        out,
+        "evalsets",
+        eval_key,
+        lambda tmp: _evalsets(cfg, out / "corpus", out / "snapshot", tmp),
+        eval_files,
     )
     print(summary(cfg, out, tok, evals))
     return out
 
 
 def summary(cfg: DataConfig, out: Path, tok: dict, evals: dict) -> str:
-    """The end-of-run table: tokens, bytes, mixture, byte-fallback rate, eval-set sizes."""
+    """The end-of-run table: tokens, bytes, mixture, byte-fallback rate, eval-set sizes
+    (a short ``wordcomp`` pool means the held-out text ran out of words)."""
     index = json.loads((out / "shards" / "index.json").read_text(encoding="utf-8"))
     head = f"{'lang':<5}{'train tok':>11}{'val tok':>9}{'train MB':>9}{'mix cfg':>8}"
     head += f"{'mix real':>9}{'byte-fb':>8}"
-    head += "".join(f"{t:>10}" for t in evalsets.TIERS) + f"{'L1 held/tpl':>13}"
+    head += "".join(f"{t:>10}" for t in evalsets.TIERS) + f"{'L1 held/tpl':>13}{'wordcomp':>9}"
     lines = [
         f"data: {out}   tokenizer: {cfg.tokenizer.kind}, vocab {tok['vocab_size']}, "
         f"hash {tok['tokenizer_hash']}",
@@ -273,6 +291,6 @@ def summary(cfg: DataConfig, out: Path, tok: dict, evals: dict) -> str:
             f"{cfg.mixture[lang]:>8.3f}{entry['train']['share']:>9.3f}{entry['train']['byte_fallback_rate']:>8.3f}"
         )
         row += "".join(f"{sizes['level0'][t]:>10}" for t in evalsets.TIERS)
-        row += f"{sizes['level1']['heldout']:>7}/{sizes['level1']['template']:<5}"
+        row += f"{sizes['level1']['heldout']:>7}/{sizes['level1']['template']:<5}{sizes['wordcomp']:>9}"
         lines.append(row)
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""MCQA scoring probes (seeds/000-002). Groundwork so far: benchmark items (``tasks``),
-how prompts and answers are tokenised (``encoding``), batched likelihood scoring of
-several continuations that share one prompt (``scoring``) and the per-protocol metrics
-(``metrics``); the probe itself is not registered yet."""
+"""MCQA probes: the registered ``mcqa`` probe (``probe``) and its parts: benchmark items
+(``tasks``), prompts and wrappers (``prompts``, ``wrappers``), how prompts and answers
+are tokenised (``encoding``, ``views``), batched likelihood scoring (``scoring``),
+generation and grading (``generation``, ``dashed``), metrics (``metrics``, ``aggregate``)
+and per-item lines (``item_records``)."""

@@ -1,8 +1,9 @@
-"""Matched-and-Dashed answer extraction (seeds/001 section 2.2).
+"""Matched-and-Dashed answer extraction (the Matched-and-Dashed (M&D) vs Select-and-Letter
+paper, section 2.2).
 
 A generated answer is reduced to text by the first rule of the hierarchy that fires:
 
-1. ``answer_is``: what follows the last ``answer is`` (space-tolerant, as the seed advises);
+1. ``answer_is``: what follows the last ``answer is`` (space-tolerant, as the paper advises);
 2. ``answer_colon``: what follows the last ``Answer:``;
 3. ``option_text``: an option's exact text, the earliest one in the response (the longest
    when two start at the same place);
@@ -28,7 +29,7 @@ from bytecanary.errors import BytecanaryError
 
 RULES = ("answer_is", "answer_colon", "option_text", "last_sentence", "none")
 
-# the seed's patterns: an occurrence with no later one on its line, then the last line's
+# the paper's patterns: an occurrence with no later one on its line, then the last line's
 _ANSWER_IS = re.compile(r"answer\s*is\s*:?[ \t]*(?!.*answer\s*is)(.+)", re.IGNORECASE)
 _ANSWER_COLON = re.compile(r"[aA]nswer:\s*(?!.*[aA]nswer:)(.+)")
 _LAST_SENTENCE = re.compile(r"([^.!?。！？\n]+[.!?。！？]*)\s*$")

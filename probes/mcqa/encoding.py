@@ -1,4 +1,5 @@
-"""How MCQA answers are tokenised: the space-tokenization trap (seeds/000).
+"""How MCQA answers are tokenised: the space-tokenization trap (the space-tokenization trap
+MCQA paper, sections 1.1-1.2).
 
 Letter scoring reads the answer after ``Answer:``. *Merged*: the prompt ends ``Answer:``
 and the continuation is `` A`` (one token with its word-boundary marker, as the model

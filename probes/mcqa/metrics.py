@@ -1,4 +1,5 @@
-"""Per-protocol MCQA metrics from per-item choice log-likelihoods (seeds/000, lm-eval).
+"""Per-protocol MCQA metrics from per-item choice log-likelihoods (the space-tokenization
+trap MCQA paper, section 1; lm-evaluation-harness).
 
 Letters: ``acc`` (argmax), ``ece`` (softmax over the choices as confidence, 10 bins) and
 ``brier`` (mean squared distance of that softmax to the one-hot answer). Cloze, as

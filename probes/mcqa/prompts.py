@@ -37,9 +37,9 @@ def block(item: McqaItem, label_format: str, answered: bool = False) -> str:
 
 
 def dashed(item: McqaItem) -> str:
-    """Matched-and-Dashed (seeds/001): every option labelled ``─`` and the full answer text
-    asked for. A continuation item ends with its context, so the answer is the model's
-    next words; a question ends with ``Answer:``."""
+    """Matched-and-Dashed (the M&D vs Select-and-Letter paper): every option labelled ``─``
+    and the full answer text asked for. A continuation item ends with its context, so the
+    answer is the model's next words; a question ends with ``Answer:``."""
     options = "\n".join(f"─ {c}" for c in item.choices)
     if item.continuation:
         return f"Options:\n{options}\nContinue the text with the correct option.\n\n{item.question}"

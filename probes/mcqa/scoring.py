@@ -6,7 +6,8 @@ that continue the prompt's. Single-token continuations (letters) need no second 
 their log-probabilities come from the prompt's last logits. A test checks the results
 against one unbatched forward pass per (prompt, continuation).
 
-Shape suffixes: B prompts, R rows (prompt x continuation), T time, V vocabulary.
+Shape suffixes: B prompts, R rows (one per (prompt, continuation); ``prompt_R`` is each
+row's prompt), T time, V vocabulary.
 """
 
 from __future__ import annotations
@@ -42,24 +43,23 @@ def score_continuations(
         )
         res = model(input_ids=ids_BT, attention_mask=mask_BT, position_ids=pos_BT, use_cache=True, **keep)
         last_lp_BV = res.logits[:, -1].float().log_softmax(-1)
-        row_prompt = [b for b, conts in enumerate(batch_conts) for _ in conts]
         rows = [list(c) for conts in batch_conts for c in conts]
-        row_B = torch.tensor(row_prompt, device=device)
+        prompt_R = torch.tensor([b for b, conts in enumerate(batch_conts) for _ in conts], device=device)
         first_R = torch.tensor([c[0] for c in rows], device=device)
-        total_R = last_lp_BV[row_B, first_R]
+        total_R = last_lp_BV[prompt_R, first_R]
         longest = max(len(c) for c in rows)
         if longest > 1:  # the rest of each continuation, all rows in one pass on copied caches
             cache = cache_of(res)
-            cache.batch_select_indices(row_B)
+            cache.batch_select_indices(prompt_R)
             width = longest - 1
             inp_RT = torch.full((len(rows), width), pad_id, dtype=torch.long, device=device)
             real_RT = torch.zeros((len(rows), width), dtype=torch.long, device=device)
             for r, c in enumerate(rows):
                 inp_RT[r, : len(c) - 1] = torch.tensor(c[:-1], device=device)
                 real_RT[r, : len(c) - 1] = 1
-            mask_RT = torch.cat([mask_BT[row_B], torch.ones_like(real_RT)], dim=1)
-            pos_RT = pos_BT[row_B, -1:] + 1 + torch.arange(width, device=device)
-            pos_RT = torch.where(real_RT.bool(), pos_RT, pos_BT[row_B, -1:])  # padding stays in range
+            mask_RT = torch.cat([mask_BT[prompt_R], torch.ones_like(real_RT)], dim=1)
+            pos_RT = pos_BT[prompt_R, -1:] + 1 + torch.arange(width, device=device)
+            pos_RT = torch.where(real_RT.bool(), pos_RT, pos_BT[prompt_R, -1:])  # padding stays in range
             res = model(
                 input_ids=inp_RT,
                 attention_mask=mask_RT,

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from bytecanary.data import wordcomp
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.errors import BytecanaryError
 
@@ -165,9 +166,9 @@ def _pseudo_word(rng: np.random.Generator, language: str) -> str:
 
 
 def nonsense_items(language: str, n: int, seed: int = 0, n_choices: int = 4) -> list[McqaItem]:
-    """NonsenseQA (seeds/001): questions and options of pseudo-words, no option right in
-    meaning, the gold label drawn uniformly. Accuracy away from 1/n_choices measures
-    label or position bias, not knowledge."""
+    """NonsenseQA (the Matched-and-Dashed study's bias diagnostic): questions and options
+    of pseudo-words, no option right in meaning, the gold label drawn uniformly. Accuracy
+    away from 1/n_choices measures label or position bias, not knowledge."""
     rng = np.random.default_rng([seed, sorted(LANGUAGES).index(language)])
     sep = LANGUAGES[language].word_separator
     items = []
@@ -181,65 +182,20 @@ def nonsense_items(language: str, n: int, seed: int = 0, n_choices: int = 4) -> 
 
 
 def word_completion_items(data_dir: Path, language: str, n: int, seed: int = 0) -> list[McqaItem]:
-    """The embedded task: a held-out sentence up to the first half of a word; the four
-    endings are the word's second half and the second halves of three other words of the
-    same length and script. A model learns it as it learns the language's words, so the
-    curve moves over training. Answer positions are balanced; the ending continues the
-    context directly (no delimiter), so cloze scoring reads it as the text's next bytes."""
-    from bytecanary.data.corpus import read_documents, word_distribution
-    from bytecanary.data.evalsets import sentences
-
-    lang = LANGUAGES[language]
-    path = Path(data_dir) / "corpus" / language / "val.jsonl"
-    if not path.is_file():
-        raise BytecanaryError(
-            f"{path}: no held-out text for the embedded MCQA task; run `bytecanary prepare`"
+    """The embedded task's first ``n`` items, from the pool ``bytecanary prepare`` built from
+    the held-out text (``bytecanary.data.wordcomp``). The data config's seed chose the
+    items; ``seed`` stays for the caller and changes nothing, so the items are those a
+    probe with seed 0 drew from held-out text at probe time on data prepared with seed 0."""
+    path = Path(data_dir) / "evalsets" / wordcomp.file_name(language)
+    return [
+        McqaItem(
+            row["task"],
+            row["language"],
+            row["question"],
+            tuple(row["choices"]),
+            row["answer"],
+            row["continuation"],
+            row["delimiter"],
         )
-    minimum = 4 if language == "en" else 2
-    vocab = [w for w in word_distribution(language, 20_000)[0] if len(w) >= minimum]
-    known = set(vocab)
-    longest = max(map(len, vocab))
-    found: list[tuple[str, str]] = []  # (context up to the word, word)
-    for doc in read_documents(path):
-        for sentence in sentences(doc, lang):
-            if lang.word_separator:
-                pos = 0
-                for token in sentence.split(lang.word_separator):
-                    word = token.strip(".,?!")
-                    if word in known and pos >= 8:
-                        found.append((sentence[:pos], word))
-                    pos += len(token) + 1
-            else:
-                for pos in range(8, len(sentence) - 1):
-                    word = next(
-                        (
-                            sentence[pos : pos + k]
-                            for k in range(longest, 1, -1)
-                            if sentence[pos : pos + k] in known
-                        ),
-                        None,
-                    )
-                    if word:
-                        found.append((sentence[:pos], word))
-    rng = np.random.default_rng([seed, 7, sorted(LANGUAGES).index(language)])
-    by_length: dict[int, set[str]] = {}
-    for word in known:
-        by_length.setdefault(len(word) - len(word) // 2, set()).add(word[len(word) // 2 :])
-    endings = {n: sorted(e) for n, e in by_length.items()}  # distinct, in a fixed order
-    items: list[McqaItem] = []
-    for i in rng.permutation(len(found)):
-        context, word = found[i]
-        half = len(word) // 2
-        right = word[half:]
-        pool = [e for e in endings[len(right)] if e != right]
-        if len(pool) < 3:
-            continue
-        others = [pool[j] for j in rng.choice(len(pool), 3, replace=False)]
-        answer = len(items) % 4
-        choices = (*others[:answer], right, *others[answer:])
-        items.append(
-            McqaItem(f"wordcomp_{language}", language, context + word[:half], choices, answer, True, "")
-        )
-        if len(items) == n:
-            break
-    return items
+        for row in wordcomp.load_items(path)[:n]
+    ]

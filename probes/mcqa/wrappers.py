@@ -1,4 +1,5 @@
-"""Prompt wrappers and the format-sensitivity indices FSI / PSI / nFSI (seeds/002).
+"""Prompt wrappers and the format-sensitivity indices FSI / PSI / nFSI ("Format Sensitivity
+Index", arXiv 2607.09665).
 
 Five wrapper families put the same content (question and lettered options) in different
 formats. Each ends where the model's answer begins: its ``opening`` (``Answer:``,
@@ -26,9 +27,7 @@ from bytecanary import stats
 from probes.mcqa.prompts import content, labels
 from probes.mcqa.tasks import McqaItem
 
-FAMILIES = ("plain", "json", "structured", "structured_delim", "deliberate")
-
-# family -> (template with {content} and {pad}, opening of the answer, answer key)
+# family (keys.WRAPPER_FAMILIES) -> (template with {content} and {pad}, opening of the answer, answer key)
 _WRAPPERS: dict[str, tuple[str, str, str]] = {
     "plain": ("{content}\n{pad}", "Answer:", "answer"),
     "json": (

@@ -52,6 +52,10 @@ sources:
             r"tokenizer\.kind: must be one of",
         ),
         (("name: x", "name: [x"), r"invalid YAML"),
+        (
+            ("name: x", "name: x\neval: {wordcomp_per_language: 0}"),
+            r"eval\.wordcomp_per_language must be at least 1",
+        ),
     ],
 )
 def test_bad_configs_name_file_and_field(tmp_path, edit, message):

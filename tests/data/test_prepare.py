@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from bytecanary.data import evalsets
+from bytecanary.data import evalsets, wordcomp
 from bytecanary.data.corpus import read_documents
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.data.prepare import prepare
@@ -119,7 +119,7 @@ def test_changed_config_reruns_only_the_stages_it_touches(small_data, tmp_path, 
     assert max(sum(e.tier == t for e in level0.entries) for t in evalsets.TIERS) == 10
 
 
-def test_killed_run_resumes_and_leaves_no_partial_output(tmp_path):
+def test_killed_run_resumes_and_leaves_no_partial_output(tmp_path, small_data):
     cfg = write_config(tmp_path / "small.yaml")
     out = tmp_path / "data"
     cmd = [
@@ -143,6 +143,9 @@ def test_killed_run_resumes_and_leaves_no_partial_output(tmp_path):
     assert "[corpus] up to date, skipped" in done.stdout
     assert all((out / s / "stage.json").exists() for s in STAGES)
     assert not list(out.glob(".*.tmp"))  # the killed stage's temporary folder is gone
+    for lang in SMALL["mixture"]:  # another process, another hash seed: the same MCQA pool
+        name = wordcomp.file_name(lang)
+        assert (out / "evalsets" / name).read_bytes() == (small_data / "evalsets" / name).read_bytes()
 
 
 def test_bad_source_writes_nothing(tmp_path):

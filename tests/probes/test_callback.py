@@ -1,10 +1,12 @@
-"""The probe callback: fires after each checkpoint, records failures, DDP equals 1 process."""
+"""The probe callback: fires after each checkpoint, records failures with the probe's version
+and fingerprint, refuses a bad spec before training, DDP equals 1 process."""
 
 import lightning as L
 import pytest
 import yaml
 
 from bytecanary.checkpoints import checkpoint_meta, gpt2_from_checkpoint, load_checkpoint, tokenizer_dir
+from bytecanary.errors import BytecanaryError
 from probes import get_probe
 from probes.callback import ProbeCallback
 from probes.records import read_records
@@ -57,8 +59,18 @@ def test_failing_probe_is_recorded_and_training_goes_on(tmp_path, small_data):
         (4, "level0", "ok"),
     ]
     assert rows[0]["error"] == "ValueError: boom" and rows[0]["metrics"] == {}
+    level0 = get_probe("level0", per_language=2)
+    assert (rows[1]["version"], rows[1]["params"]) == (1, level0.fingerprint(small_data))
     assert rows[1]["checkpoint"].endswith("step0000002.ckpt") and rows[3]["tokens_seen"] == 4 * 4 * 32
     assert module.model.training  # train mode restored
+
+
+def test_a_bad_probe_spec_names_its_yaml_before_training():
+    with pytest.raises(BytecanaryError) as err:
+        ProbeCallback([{"name": "level0", "per_langauge": 2}], source="configs/x.yaml")
+    assert str(err.value) == (
+        "configs/x.yaml: probes: level0: unknown parameter 'per_langauge' (did you mean 'per_language'?)"
+    )
 
 
 def test_strict_makes_a_failing_probe_fatal(tmp_path, small_data):
@@ -72,6 +84,7 @@ PROBES = [
 ]
 
 
+@pytest.mark.slow
 def test_ddp_probes_equal_a_single_process_run(micro, tmp_path):
     probes_yaml = tmp_path / "probes.yaml"
     probes_yaml.write_text(yaml.safe_dump({"probes": PROBES}))

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+from bytecanary.keys import WRAPPER_FAMILIES
 from probes import get_probe
 from probes.mcqa import wrappers
 from probes.mcqa.dashed import Matcher, extract, tfidf_similarities
@@ -77,7 +78,7 @@ ITEM = McqaItem("t", "en", "What is red?", ("fire", "sky", "grass", "coal"), 0)
 
 
 def test_wrappers_share_content_and_character_budget():
-    prompts = {f: wrappers.wrap(ITEM, f) for f in wrappers.FAMILIES}
+    prompts = {f: wrappers.wrap(ITEM, f) for f in WRAPPER_FAMILIES}
     assert len(set(map(len, prompts.values()))) == 1
     assert all(content(ITEM) in p for p in prompts.values())
     assert "─ fire" in dashed(ITEM).splitlines()
@@ -130,7 +131,7 @@ def _probe(**kw):
         embedded_per_language=0,
         nonsense_per_language=5,
         languages=["en", "ja"],
-        protocols=["letter_separate", "dashed", *(f"wrapper_{f}" for f in wrappers.FAMILIES)],
+        protocols=["letter_separate", "dashed", *(f"wrapper_{f}" for f in WRAPPER_FAMILIES)],
         batch_size=3,
         **kw,
     )
@@ -168,7 +169,7 @@ def test_generated_metrics_equal_generate_on_each_prompt_alone(wide_model, byte_
     for task in ("nonsenseqa_en", "nonsenseqa_ja"):
         mine = [r for r in rows if r["task"] == task]
         acc = {}
-        for f in wrappers.FAMILIES:
+        for f in WRAPPER_FAMILIES:
             preds = [r[f"wrapper_{f}"]["prediction"][0] for r in mine]
             acc[f] = np.mean([p == r["answer"] for p, r in zip(preds, mine, strict=True)])
             assert got[f"probe/mcqa/{task}/wrapper_{f}/acc"] == pytest.approx(acc[f])
@@ -204,21 +205,23 @@ def test_sampled_generation_is_the_same_sharded(wide_model, byte_fallback_tokeni
 
 
 def test_token_matched_subset_and_wins():
-    from probes.mcqa.probe import View, wrapper_indices
+    from probes.mcqa.aggregate import wrapper_indices, wrapper_wins
+    from probes.mcqa.views import View
 
     rng = np.random.default_rng(5)
-    n, fams = 30, [f"wrapper_{f}" for f in wrappers.FAMILIES]
-    prepared = [View(McqaItem("t", "en", f"q{i}", ("a", "b", "c", "d"), i % 4), 0, {}) for i in range(n)]
+    n, fams = 30, [f"wrapper_{f}" for f in WRAPPER_FAMILIES]
+    views = [View(McqaItem("t", "en", f"q{i}", ("a", "b", "c", "d"), i % 4), 0, {}) for i in range(n)]
     graded = {}
     for j, f in enumerate(fams):
         graded[f] = rng.integers(-1, 4, (n, 2))
         graded[f"{f}/normalised"] = graded[f]
         graded[f"{f}/tokens"] = np.where(np.arange(n) < 10, 100, 100 + 10 * j)  # 10 items matched
-    got = wrapper_indices(graded, prepared, list(range(n)), fams, "t", seed=0)
+    got = wrapper_indices(graded, views, list(range(n)), fams, seed=0)
     answers = np.array([i % 4 for i in range(n)])[:, None]
     acc = [(graded[f][:10] == answers[:10]).mean() for f in fams]
-    assert got["probe/mcqa/t/matched_share"] == pytest.approx(10 / n)
-    assert got["probe/mcqa/t/fsi_matched"] == pytest.approx(max(acc) - min(acc))
-    assert got["probe/mcqa/t/fsi_matched_lo"] <= got["probe/mcqa/t/fsi_matched_hi"]
+    assert got["matched_share"] == pytest.approx(10 / n)
+    assert got["fsi_matched"] == pytest.approx(max(acc) - min(acc))
+    assert got["fsi_matched_lo"] <= got["fsi_matched_hi"]
     full = [(graded[f] == answers).mean() for f in fams]
-    assert [got[f"probe/mcqa/t/{f}/win"] for f in fams] == [float(a == max(full)) for a in full]
+    wins = wrapper_wins(graded, views, list(range(n)), fams)
+    assert [wins[f] for f in fams] == [float(a == max(full)) for a in full]

@@ -1,11 +1,13 @@
-"""Real-benchmark schemas through `datasets`, from small local fixture files."""
+"""MCQA tasks: benchmark schemas through `datasets` from small local files; the embedded pool."""
 
 import json
 
 import pytest
 
+from bytecanary.data import wordcomp
+from bytecanary.data.corpus import read_documents, word_distribution
 from bytecanary.errors import BytecanaryError
-from probes.mcqa.tasks import McqaItem, TaskSource, load_task
+from probes.mcqa.tasks import McqaItem, TaskSource, load_task, word_completion_items
 
 ROWS = {
     "mmlu": ({"question": "2+2?", "choices": ["3", "4", "5", "6"], "answer": 1}, 1),
@@ -92,19 +94,26 @@ def test_bad_rows_name_the_task_row_and_column(tmp_path):
 
 
 def test_embedded_word_completion_items(small_data):
-    from bytecanary.data.corpus import read_documents, word_distribution
-    from probes.mcqa.tasks import word_completion_items
-
     for lang in ("en", "ja"):
         items = word_completion_items(small_data, lang, 12, seed=0)
-        assert len(items) == 12 and items == word_completion_items(small_data, lang, 12, seed=0)
+        assert len(items) == 12 and items == word_completion_items(small_data, lang, 12, seed=5)
+        pool = wordcomp.load_items(small_data / "evalsets" / wordcomp.file_name(lang))
+        assert [(i.question, list(i.choices), i.answer) for i in items] == [
+            (r["question"], r["choices"], r["answer"]) for r in pool[:12]
+        ]
         assert [i.answer for i in items] == [k % 4 for k in range(12)]  # positions balanced
         words = set(word_distribution(lang, 20_000)[0])
         held_out = "\n".join(read_documents(small_data / "corpus" / lang / "val.jsonl"))
         for item in items:
             right = item.choices[item.answer]
+            assert item.task == f"wordcomp_{lang}" and item.language == lang
             assert len({len(c) for c in item.choices}) == 1 and len(set(item.choices)) == 4
             assert item.question in held_out or item.question[: -len(right)] in held_out
             tail = item.question.split(" ")[-1] if lang == "en" else item.question[-len(right) :]
             assert any(w.endswith(right) and w.startswith(tail[-(len(w) - len(right)) :]) for w in words)
             assert item.continuation and item.delimiter == ""
+
+
+def test_embedded_items_need_a_prepared_pool(tmp_path):
+    with pytest.raises(BytecanaryError, match=r"mcqa_wordcomp_ko\.jsonl: .*run `bytecanary prepare`"):
+        word_completion_items(tmp_path, "ko", 8)

@@ -1,4 +1,5 @@
-"""``bytecanary probe`` on existing checkpoints: every PATH kind, idempotent reruns, W&B."""
+"""``bytecanary probe`` on existing checkpoints: every PATH kind, idempotent reruns that
+redo exactly the probes whose version or fingerprint changed, W&B."""
 
 import json
 import shutil
@@ -11,8 +12,9 @@ import yaml
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from bytecanary.cli import main
+from probes import level1
 from probes.records import read_records
-from probes.runner import resolve, watch
+from probes.runner import resolve, run, watch
 from train.checkpointing import export
 
 from ..conftest import MICRO, run_train
@@ -37,7 +39,10 @@ def _probe(*args):
     return main(["probe", *args, "--trial", "--no-wandb"])
 
 
+@pytest.mark.slow
 def test_folder_of_checkpoints_in_step_order_then_rerun_is_a_no_op(trained_run, tmp_path, capsys):
+    from bytecanary.report.summary import summary
+
     out = tmp_path / "p.jsonl"
     assert _probe(str(trained_run / "checkpoints"), "--out", str(out)) == 0
     rows = read_records(out)
@@ -48,17 +53,72 @@ def test_folder_of_checkpoints_in_step_order_then_rerun_is_a_no_op(trained_run, 
         (8, "level1"),
     ]
     assert all(r["status"] == "ok" and r["tokens_seen"] == r["step"] * 8 * 32 for r in rows)
-    printed = capsys.readouterr().out
-    assert "Level 0 (context-free validity)" in printed and "step0000008.ckpt" in printed
+    assert all(r["version"] == 1 and len(r["params"]) == 12 for r in rows)
+    text = summary(out)
+    assert "Level 0 (context-free validity)" in text and "step0000008.ckpt" in text
     last = next(r for r in rows if r["step"] == 8 and r["probe"] == "level0")["metrics"]
-    tiers = printed[printed.index("partial by tier, step 8") :].splitlines()
+    tiers = text[text.index("partial by tier, step 8") :].splitlines()
     ja = next(line for line in tiers if line.startswith("ja ")).split()[1:]
     assert ja[0] == f"{last['probe/level0/ja/common/partial']:.3f}" and len(ja) == 5
+    capsys.readouterr()
     before = out.read_bytes()
     assert _probe(str(trained_run), "--out", str(out)) == 0  # the run folder works too
     assert "nothing to do" in capsys.readouterr().out and out.read_bytes() == before
 
 
+@pytest.fixture
+def hf_model(byte_fallback_tokenizer, eval_dir, tmp_path):
+    """A tiny HF model folder whose bytecanary.json names its data folder (a copy of the eval
+    sets, so a test may edit them)."""
+    tok = byte_fallback_tokenizer
+    cfg = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=1, n_head=2)
+    torch.manual_seed(0)
+    model_dir = tmp_path / "model"
+    GPT2LMHeadModel(cfg).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    data = shutil.copytree(eval_dir, tmp_path / "data")
+    (model_dir / "bytecanary.json").write_text(json.dumps({"step": 5, "data_dir": str(data)}))
+    return model_dir
+
+
+SPECS = [{"name": "level0", "per_language": 2}, {"name": "level1", "per_language": 2}]
+
+
+def _run(model_dir, out, specs=SPECS):
+    before = len(read_records(out))
+    assert run([str(model_dir)], specs, out=str(out), trial=True, device="cpu") == 0
+    return [(r["probe"], r["version"], r["params"]) for r in read_records(out)[before:]]
+
+
+def test_same_version_and_parameters_is_nothing_to_do(hf_model, tmp_path, capsys):
+    out = tmp_path / "p.jsonl"
+    first = _run(hf_model, out)
+    assert [p for p, _, _ in first] == ["level0", "level1"] and read_records(out)[0]["step"] == 5
+    capsys.readouterr()
+    assert _run(hf_model, out) == []
+    assert "nothing to do" in capsys.readouterr().out
+
+
+def test_a_bumped_version_redoes_that_probe_only(hf_model, tmp_path, monkeypatch):
+    out = tmp_path / "p.jsonl"
+    level1_params = dict((p, params) for p, _, params in _run(hf_model, out))["level1"]
+    monkeypatch.setattr(level1.Level1Probe, "version", 2)
+    assert _run(hf_model, out) == [("level1", 2, level1_params)]
+    assert _run(hf_model, out) == []
+
+
+def test_a_changed_parameter_or_eval_set_redoes_that_probe_only(hf_model, tmp_path):
+    out = tmp_path / "p.jsonl"
+    ((_, _, params0), _) = _run(hf_model, out)
+    changed = [{"name": "level0", "per_language": 1}, SPECS[1]]
+    ((probe, version, params),) = _run(hf_model, out, changed)
+    assert (probe, version) == ("level0", 1) and params != params0
+    level1_set = tmp_path / "data" / "evalsets" / "level1.json"  # the data folder bytecanary.json names
+    level1_set.write_text(json.dumps(json.loads(level1_set.read_text())[:2]))
+    assert [p for p, _, _ in _run(hf_model, out, changed)] == ["level1"]
+
+
+@pytest.mark.slow
 def test_exported_model_and_revision_series(trained_run, tmp_path):
     hf = export(trained_run / "checkpoints" / "step0000008.ckpt", tmp_path / "hf")
     out = tmp_path / "p.jsonl"
@@ -101,6 +161,18 @@ def test_a_path_that_is_not_a_checkpoint_is_one_clear_error(tmp_path, capsys):
     assert err.startswith("error: ") and "not a checkpoint" in err and len(err.splitlines()) == 1
 
 
+def test_a_misspelt_parameter_in_a_config_is_one_line_before_any_model_loads(tmp_path, capsys):
+    config = tmp_path / "probes.yaml"
+    config.write_text(yaml.safe_dump({"probes": [{"name": "level0", "per_langauge": 2}]}))
+    assert _probe(str(tmp_path / "missing.ckpt"), "--config", str(config)) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == f"error: {config}: probes: level0: unknown parameter 'per_langauge' (did you mean 'per_language'?)"
+    )
+
+
+@pytest.mark.slow
 def test_watch_yields_each_new_checkpoint_once(trained_run, tmp_path):
     folder = tmp_path / "ckpts"
     folder.mkdir()
@@ -115,6 +187,7 @@ def test_watch_yields_each_new_checkpoint_once(trained_run, tmp_path):
     assert [t.step_hint for t in resolve([str(folder)])] == [4, 8]
 
 
+@pytest.mark.slow
 def test_cli_writes_a_wandb_offline_run(trained_run, tmp_path):
     out = tmp_path / "p.jsonl"
     proc = subprocess.run(
@@ -146,25 +219,7 @@ def test_cli_writes_a_wandb_offline_run(trained_run, tmp_path):
     assert json.loads(out.read_text().splitlines()[0])["status"] == "ok"
 
 
-def test_mcqa_summary_averages_task_groups_and_adds_the_series_line(tmp_path):
-    from probes.records import append_record, make_record
-    from probes.runner import summary
-
-    out = tmp_path / "p.jsonl"
-    for step, (sep, mrg) in enumerate([(0.2, 0.3), (0.5, 0.9), (0.7, 0.4)], start=1):
-        metrics = {
-            "probe/mcqa/wordcomp_en/letter_separate/acc": sep,
-            "probe/mcqa/wordcomp_ja/letter_separate/acc": sep + 0.1,
-            "probe/mcqa/wordcomp_en/letter_merged/acc": mrg,
-            "probe/mcqa/all/fsi": 0.1 * step,
-        }
-        append_record(out, make_record(f"s{step}.ckpt", step, step * 100, "mcqa", metrics, 1.0, None))
-    text = summary(out)
-    row = next(line for line in text.splitlines() if line.startswith("s3.ckpt")).split()
-    assert row[3:6] == ["0.750", "0.400", "-"] and row[-2:] == ["0.300", "-"]
-    assert "Kendall tau (separate vs merged ranking) wordcomp_en +0.33" in text
-
-
+@pytest.mark.slow
 def test_probe_parameters_from_a_config(trained_run, tmp_path, capsys):
     mcqa = {"name": "mcqa", "embedded_per_language": 0, "nonsense_per_language": 3, "languages": ["en"],
             "protocols": ["letter_separate", "dashed"], "generative_per_task": 2}  # fmt: skip

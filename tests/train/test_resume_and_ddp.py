@@ -5,6 +5,7 @@ import subprocess
 import time
 
 import numpy as np
+import pytest
 import torch
 
 from bytecanary.checkpoints import load_checkpoint
@@ -20,6 +21,7 @@ def _weights(run) -> dict[str, torch.Tensor]:
     return load_checkpoint(run / "checkpoints" / "last.ckpt")["state_dict"]
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_exactly(micro, tmp_path):
     args = [
         "--trainer.max_steps",
@@ -72,6 +74,7 @@ def test_ranks_read_disjoint_samples_that_tile_a_single_process_run():
     assert np.allclose(np.bincount(langs, minlength=3) / len(langs), weights, atol=0.02)
 
 
+@pytest.mark.slow
 def test_two_process_cpu_ddp_counts_tokens_of_both_ranks(micro, tmp_path):
     run_train(micro, "--run.name", "ddp", "--trainer.max_steps", "6", *DDP_2_CPU)
     rows = read_metrics(tmp_path / "runs" / "ddp" / "metrics.jsonl")

@@ -43,6 +43,7 @@ def test_355m_preset_has_gpt2_medium_shape():
     assert cfg["trainer"]["precision"] == "bf16-mixed"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny.yaml", "gpt2-355m.yaml"])
 def test_training_configs_parse(name, small_data):
     out = subprocess.run(
@@ -57,6 +58,7 @@ def test_training_configs_parse(name, small_data):
     assert set(printed) >= {"model", "data", "trainer", "run"}
 
 
+@pytest.mark.slow
 def test_micro_run_learns_and_writes_the_run_folder(micro, tmp_path):
     run_train(micro, "--run.name", "a", "--trainer.max_steps", "24", "--run.log_spaced_until", "4")
     run = tmp_path / "runs" / "a"
@@ -87,6 +89,7 @@ def test_log_spaced_schedule():
     assert log_spaced_steps(None) == set()
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_holds_the_curves(micro, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_MODE")}
     proc = subprocess.run(
@@ -130,6 +133,7 @@ def _wandb_defined_metrics(run_dir: Path) -> dict[str, str]:
     return {m["glob_name"]: m.get("step_metric") for m in metrics if "glob_name" in m}
 
 
+@pytest.mark.slow
 def test_export_round_trip(micro, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -146,8 +150,30 @@ def test_export_round_trip(micro, tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, ref(ids).logits, rtol=0, atol=0)
     assert json.loads((out / "bytecanary.json").read_text())["step"] == 4
+    _export_never_deletes(ckpt, tmp_path)
 
 
+def _export_never_deletes(ckpt: Path, tmp_path: Path) -> None:
+    """A non-empty target needs --force; a run folder is refused even then; nothing that
+    was there before is lost by a refusal."""
+    run_dir = ckpt.parents[1]
+    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    for force in (False, True):
+        with pytest.raises(BytecanaryError, match="refusing to replace"):
+            export(ckpt, run_dir, force=force)
+    assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(BytecanaryError, match="not empty; pass --force"):
+        export(ckpt, other)
+    assert (other / "notes.txt").read_text() == "mine"
+    export(ckpt, other, force=True)
+    assert (other / "model.safetensors").exists() and not (other / "notes.txt").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".other.")]  # no temp folders left
+
+
+@pytest.mark.slow
 def test_corrupt_checkpoint_is_one_clear_error(micro, tmp_path):
     run_train(micro, "--run.name", "c", "--trainer.max_steps", "4")
     ckpt = tmp_path / "runs" / "c" / "checkpoints" / "last.ckpt"
@@ -166,6 +192,7 @@ def test_corrupt_checkpoint_is_one_clear_error(micro, tmp_path):
     assert "truncated.ckpt" in proc.stderr and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_training_twice_into_one_run_folder_needs_resume(micro, tmp_path):
     run_train(micro, "--run.name", "r", "--trainer.max_steps", "4")
     proc = subprocess.run(train_cmd(micro, "--run.name", "r"), capture_output=True, text=True)

@@ -14,22 +14,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bytecanary import analysis
-from bytecanary.analysis import Checkpoint, Convergence, Curve
+from bytecanary import keys
 from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
+from bytecanary.report import analysis
+from bytecanary.report.analysis import CLOZE, DASHED, MERGED, SEPARATE, Checkpoint, Convergence, Curve
 
 DPI = 120
 STYLE = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 9}
 LANG_COLORS = {"all": "black", "en": "tab:blue", "ja": "tab:red", "ko": "tab:green", "zh": "tab:orange"}
 TIER_COLORS = dict(zip(TIERS, ("tab:blue", "tab:green", "tab:orange", "tab:red", "tab:purple"), strict=True))
-PROTOCOLS = {  # MCQA protocol -> (label, color, line style)
-    "letter_separate": ("letter, separate", "tab:blue", "-"),
-    "letter_merged": ("letter, merged", "tab:blue", "--"),
-    "cloze": ("cloze", "tab:green", "-"),
-    "dashed": ("M&D (dashed)", "tab:purple", "-"),
+PROTOCOL_STYLES = {  # MCQA protocols drawn per task group -> (color, line style); labels from keys
+    SEPARATE: ("tab:blue", "-"),
+    MERGED: ("tab:blue", "--"),
+    CLOZE: ("tab:green", "-"),
+    DASHED: ("tab:purple", "-"),
 }
-GROUP_TITLES = {"wordcomp": "word completion (embedded)", "nonsenseqa": "NonsenseQA"}
 NONSENSE_CHANCE = 0.25
 TOKENS_LABEL = "tokens seen (log scale)"
 
@@ -129,7 +129,8 @@ def plot_convergence(conv: Convergence, path: Path) -> None:
         drawn = False
         for key, curve in conv.validity.items():
             style = "--" if key.endswith("/strict") else "-"
-            drawn |= _plot(bottom, curve, mark=True, color=LANG_COLORS[key.split("/")[2]], linestyle=style)
+            color = LANG_COLORS[keys.language_of(key)]
+            drawn |= _plot(bottom, curve, mark=True, color=color, linestyle=style)
         if not drawn:
             _empty(bottom, "no Level 0 probe records (probes.jsonl)")
         bottom.set_ylabel("Level 0 validity V (0-1)")
@@ -140,7 +141,7 @@ def plot_convergence(conv: Convergence, path: Path) -> None:
             ax.grid(True, which="major", alpha=0.3)
         if top.get_legend_handles_labels()[0]:
             top.legend(loc="upper right")
-        langs = dict.fromkeys(k.split("/")[2] for k in conv.validity)
+        langs = dict.fromkeys(keys.language_of(k) for k in conv.validity)
         handles = [Line2D([], [], color=LANG_COLORS[lang], label=lang) for lang in langs]
         handles += [
             Line2D([], [], color="gray", linestyle="-", label="V partial"),
@@ -162,7 +163,7 @@ def plot_tiers(cps: Sequence[Checkpoint], path: Path) -> None:
         any_drawn = False
         for ax, lang in zip(axes.ravel(), LANGUAGES, strict=True):
             for tier in TIERS:
-                curve = analysis.probe_curve(cps, analysis.level0_key(lang, tier, "partial"))
+                curve = analysis.probe_curve(cps, keys.level0(lang, tier))
                 any_drawn |= _plot(ax, curve, color=TIER_COLORS[tier], label=tier)
             ax.set_title(lang)
             ax.grid(True, alpha=0.3)
@@ -186,17 +187,12 @@ def plot_tiers(cps: Sequence[Checkpoint], path: Path) -> None:
 
 
 def _accuracy_panel(ax: Any, cps: Sequence[Checkpoint], group: str, tasks: list[str]) -> None:
-    for protocol, (label, color, style) in PROTOCOLS.items():
-        _plot(
-            ax,
-            analysis.group_mean_curve(cps, tasks, f"{protocol}/acc"),
-            color=color,
-            linestyle=style,
-            label=label,
-        )
+    for protocol, (color, style) in PROTOCOL_STYLES.items():
+        curve = analysis.group_mean_curve(cps, tasks, "acc", protocol)
+        _plot(ax, curve, color=color, linestyle=style, label=keys.PROTOCOL_LABELS[protocol])
     if group == "nonsenseqa":
         ax.axhline(NONSENSE_CHANCE, color="gray", linewidth=1, label="chance (0.25)")
-    title = GROUP_TITLES.get(group, group)
+    title = keys.TASK_GROUPS.get(group, group)
     langs = ", ".join(t.removeprefix(f"{group}_") for t in tasks)
     ax.set_title(f"{title}\nmean of {langs}" if len(tasks) > 1 else title)
     ax.set_ylabel("accuracy (0-1)")

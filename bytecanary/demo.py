@@ -5,28 +5,24 @@ sets), trains the tiny GPT-2 with checkpoints on a log-spaced + regular schedule
 the Level 0, Level 1 and MCQA probes at every checkpoint, logs to an offline W&B run,
 writes the convergence report (``bytecanary report``), then prints perplexity, the probe
 tables and where the report and the W&B run are. A rerun continues the same run (or only
-reports, when it is complete).
+reports, when it is complete). Its defaults live in ``bytecanary.cli.demo``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from bytecanary import keys
 from bytecanary.data.prepare import prepare
-from bytecanary.report import report_summary, write_report
-from probes.runner import summary
+from bytecanary.report.summary import summary
+from bytecanary.report.writer import report_summary, write_report
 from train.cli import latest_checkpoint
 from train.cli import main as train_main
 from train.loggers import read_metrics
 
 
 def run_demo(
-    minutes: float,
-    out: str,
-    config: str = "configs/tiny.yaml",
-    data_config: str = "configs/data/default.yaml",
-    data: str | None = None,
-    steps: int | None = None,
+    out: str, minutes: float, config: str, data_config: str, data: str | None, steps: int | None
 ) -> int:
     """Prepare, train with probes, summarise. ``steps`` defaults to what fits ``minutes``."""
     data_dir = prepare(data_config, data)
@@ -45,12 +41,13 @@ def run_demo(
         args += ["--run.resume", "true"]
     train_main(args)
     print()
-    val = [r for r in read_metrics(run_dir / "metrics.jsonl") if "val/ppl" in r]
+    ppl = keys.val_ppl()
+    val = [r for r in read_metrics(run_dir / "metrics.jsonl") if ppl in r]
     if val:
         first, last = val[0], val[-1]
         langs = "  ".join(f"{k.split('/')[1]} {v:.0f}" for k, v in last.items() if k.count("/") == 2)
-        print(f"validation perplexity: {first['val/ppl']:.0f} at {first['tokens_seen']:,} tokens -> "
-              f"{last['val/ppl']:.0f} at {last['tokens_seen']:,} tokens ({langs})")  # fmt: skip
+        print(f"validation perplexity: {first[ppl]:.0f} at {first['tokens_seen']:,} tokens -> "
+              f"{last[ppl]:.0f} at {last['tokens_seen']:,} tokens ({langs})")  # fmt: skip
     print()
     print(summary(run_dir / "probes.jsonl"))
     print()

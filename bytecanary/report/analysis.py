@@ -1,40 +1,33 @@
 """The numbers behind ``bytecanary report``.
 
-Pure functions over the rows of ``metrics.jsonl`` and ``probes.jsonl``
-(``../shared/CONVENTIONS.md``): when validation perplexity and Level 0 validity each
-converge, with one rule for both curves (``stats.convergence_point``); seeds/003's
-headline (abstract, section 1) is that validity needs about twice the tokens perplexity
-needs (4.2B vs 2.1B). And how the MCQA protocols behave across checkpoints: whether the
-two letter strategies rank checkpoints alike (seeds/000 section 3.3 saw them reorder
-models), and how far accuracy follows parsability across wrappers (seeds/002 section
-5.2, eq. 5). Absent keys are absent data, never zeros.
+Pure functions over the rows of ``metrics.jsonl`` and ``probes.jsonl``: when validation
+perplexity and Level 0 validity each converge, with one rule for both curves
+(``stats.convergence_point``). "Beyond Perplexity: UTF-8 Validity in Byte-aware LMs"
+(arXiv:2606.14122, abstract and section 1) finds that validity needs about twice the
+tokens perplexity needs (4.2B vs 2.1B). And how the MCQA protocols behave across
+checkpoints: whether the two letter space strategies rank checkpoints alike (the
+space-tokenization trap paper, section 3.3, saw them reorder models), and how far accuracy
+follows parsability across wrappers ("Format Sensitivity Index: Token-Controlled Prompt
+Wrapper Robustness and Schema Compliance in LLM Benchmarks", arXiv:2607.09665, section 5.2,
+eq. 5). Absent keys are absent data, never zeros.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bytecanary import stats
+from bytecanary import keys, stats
 from bytecanary.data.languages import LANGUAGES
 
-PPL_KEY = "val/ppl"
-HEADLINE_KEY = "probe/level0/all/all/partial"
-MIN_POINTS = 3  # fewer checkpoints (or cells) than this: no convergence point, tau or fit
-_WRAPPER_ACC = re.compile(r"^probe/mcqa/([^/]+)/wrapper_([^/]+)/acc$")
-
-
-def level0_key(lang: str = "all", tier: str = "all", metric: str = "partial") -> str:
-    """``probe/level0/<lang>/<tier>/<metric>``; ``lang="all"`` is the aggregate."""
-    return f"probe/level0/{lang}/{tier}/{metric}"
-
-
+HEADLINE_KEY = keys.level0()  # V_partial over all languages and tiers
 VALIDITY_KEYS = tuple(
-    level0_key(lang, "all", m) for lang in ("all", *LANGUAGES) for m in ("partial", "strict")
+    keys.level0(lang, "all", m) for lang in ("all", *LANGUAGES) for m in ("partial", "strict")
 )
+MIN_POINTS = 3  # fewer checkpoints (or cells) than this: no convergence point, tau or fit
+SEPARATE, MERGED, CLOZE, DASHED = keys.SEPARATE, keys.MERGED, keys.CLOZE, keys.DASHED
 
 
 def finite(value: Any) -> float | None:
@@ -147,7 +140,7 @@ class Convergence:
 def convergence(metrics_rows: Iterable[dict[str, Any]], probe_rows: Iterable[dict[str, Any]]) -> Convergence:
     """Convergence of ``val/ppl`` and of Level 0 partial/strict validity (all, en, ja, ko,
     zh) against tokens seen, all by the same relative-band rule."""
-    ppl = make_curve(PPL_KEY, ((r.get("tokens_seen"), r.get(PPL_KEY)) for r in metrics_rows))
+    ppl = make_curve(keys.val_ppl(), ((r.get(keys.TOKENS_SEEN), r.get(keys.val_ppl())) for r in metrics_rows))
     cps = checkpoints(probe_rows)
     present = {k for c in cps for k in c.metrics}
     validity = {key: probe_curve(cps, key) for key in VALIDITY_KEYS if key in present}
@@ -155,17 +148,14 @@ def convergence(metrics_rows: Iterable[dict[str, Any]], probe_rows: Iterable[dic
 
 
 def mcqa_tasks(cps: Sequence[Checkpoint]) -> list[str]:
-    """Every task name under ``probe/mcqa/``, sorted (``all`` holds the probe's own averages)."""
-    tasks = {k.split("/")[2] for c in cps for k in c.metrics if k.startswith("probe/mcqa/")}
-    return sorted(tasks - {"all"})
+    """Every MCQA task the checkpoints hold, sorted."""
+    return keys.mcqa_tasks(k for c in cps for k in c.metrics)
 
 
 def _sep_merged_tau(cps: Sequence[Checkpoint], task: str, notes: list[str]) -> float:
     """Do the two letter strategies rank the checkpoints alike? Kendall tau-b over checkpoints."""
-    pairs = [
-        (c.value(f"probe/mcqa/{task}/letter_separate/acc"), c.value(f"probe/mcqa/{task}/letter_merged/acc"))
-        for c in cps
-    ]
+    sep_key, merged_key = keys.mcqa(task, SEPARATE, "acc"), keys.mcqa(task, MERGED, "acc")
+    pairs = [(c.value(sep_key), c.value(merged_key)) for c in cps]
     both = [(sep, merged) for sep, merged in pairs if sep is not None and merged is not None]
     if len(both) < MIN_POINTS:
         notes.append(f"{task}: Kendall tau needs {MIN_POINTS} checkpoints with both letter accuracies")
@@ -181,19 +171,20 @@ def wrapper_cells(cps: Sequence[Checkpoint]) -> list[tuple[str, str, str, float,
     cells = []
     for c in cps:
         for key in sorted(c.metrics):
-            m = _WRAPPER_ACC.match(key)
-            if m is None or m.group(1) == "all":
+            cell = keys.wrapper_cell(key)
+            if cell is None:
                 continue
-            acc, parsable = c.value(key), c.value(key.removesuffix("/acc") + "/parsable")
+            task, family = cell
+            acc, parsable = c.value(key), c.value(keys.mcqa(task, f"{keys.WRAPPER}{family}", "parsable"))
             if acc is not None and parsable is not None:
-                cells.append((c.key, m.group(1), m.group(2), acc, parsable))
+                cells.append((c.key, task, family, acc, parsable))
     return cells
 
 
 def _parsability(cells: list[tuple[str, str, str, float, float]], notes: list[str]) -> dict[str, float]:
     """Does accuracy follow parsability across wrappers? Pearson r over cells, and the slope
     of A = beta * P + alpha_checkpoint + gamma_task + delta_wrapper with its SE."""
-    out = {"probe/mcqa/all/cells": float(len(cells))}
+    out = {keys.mcqa_task("all", "cells"): float(len(cells))}
     r = beta = se = math.nan
     if len(cells) < MIN_POINTS:
         notes.append(f"wrappers: {len(cells)} (checkpoint, task, wrapper) cells, need {MIN_POINTS}")
@@ -209,9 +200,9 @@ def _parsability(cells: list[tuple[str, str, str, float, float]], notes: list[st
         except ValueError as err:
             notes.append(f"wrappers: no fixed-effects fit ({str(err).removeprefix('fixed_effects_fit: ')})")
     out |= {
-        "probe/mcqa/all/acc_parsable_r": r,
-        "probe/mcqa/all/parsability_beta": beta,
-        "probe/mcqa/all/parsability_beta_se": se,
+        keys.mcqa_task("all", "acc_parsable_r"): r,
+        keys.mcqa_task("all", "parsability_beta"): beta,
+        keys.mcqa_task("all", "parsability_beta_se"): se,
     }
     return out
 
@@ -228,32 +219,33 @@ def mcqa_series(probe_rows: Iterable[dict[str, Any]], notes: list[str] | None = 
     cps = checkpoints(probe_rows)
     out = {}
     for task in mcqa_tasks(cps):
-        letter = (f"probe/mcqa/{task}/letter_separate/acc", f"probe/mcqa/{task}/letter_merged/acc")
+        letter = (keys.mcqa(task, SEPARATE, "acc"), keys.mcqa(task, MERGED, "acc"))
         if any(k in c.metrics for c in cps for k in letter):
-            out[f"probe/mcqa/{task}/kendall_tau_sep_merged"] = _sep_merged_tau(cps, task, notes)
+            out[keys.mcqa_task(task, "kendall_tau_sep_merged")] = _sep_merged_tau(cps, task, notes)
     return out | _parsability(wrapper_cells(cps), notes)
 
 
-def task_group(task: str) -> str:
-    """``wordcomp_<lang>`` and ``nonsenseqa_<lang>`` pool over languages; a benchmark stands alone."""
-    head = task.split("_")[0]
-    return head if head in ("wordcomp", "nonsenseqa") else task
-
-
 def task_groups(cps: Sequence[Checkpoint]) -> dict[str, list[str]]:
-    """MCQA tasks by group, word completion and NonsenseQA first."""
+    """MCQA tasks by group, the embedded groups (word completion, NonsenseQA) first."""
     groups: dict[str, list[str]] = {}
     for task in mcqa_tasks(cps):
-        groups.setdefault(task_group(task), []).append(task)
-    order = {"wordcomp": 0, "nonsenseqa": 1}
-    return dict(sorted(groups.items(), key=lambda kv: (order.get(kv[0], 2), kv[0])))
+        groups.setdefault(keys.task_group(task), []).append(task)
+    order = {group: i for i, group in enumerate(keys.TASK_GROUPS)}
+    return dict(sorted(groups.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
 
 
-def group_mean_curve(cps: Sequence[Checkpoint], tasks: Sequence[str], suffix: str) -> Curve:
-    """Mean over ``tasks`` of ``probe/mcqa/<task>/<suffix>`` at each checkpoint, over the
-    tasks that have it there."""
+def mcqa_key(task: str, metric: str, protocol: str | None = None) -> str:
+    """One protocol's metric on a task, or (no ``protocol``) the task's own, e.g. ``fsi``."""
+    return keys.mcqa(task, protocol, metric) if protocol else keys.mcqa_task(task, metric)
+
+
+def group_mean_curve(
+    cps: Sequence[Checkpoint], tasks: Sequence[str], metric: str, protocol: str | None = None
+) -> Curve:
+    """Mean over ``tasks`` of one MCQA metric at each checkpoint, over the tasks that have
+    it there; the curve's key names the group as ``<task,task,...>``."""
     points = []
     for c in cps:
-        values = [v for t in tasks if (v := c.value(f"probe/mcqa/{t}/{suffix}")) is not None]
+        values = [v for t in tasks if (v := c.value(mcqa_key(t, metric, protocol))) is not None]
         points.append((c.tokens_seen, sum(values) / len(values) if values else None))
-    return make_curve(f"probe/mcqa/<{','.join(tasks)}>/{suffix}", points)
+    return make_curve(mcqa_key(f"<{','.join(tasks)}>", metric, protocol), points)

@@ -1,0 +1,151 @@
+"""The embedded word-completion MCQA task, built from held-out text by ``bytecanary prepare``.
+
+An item is a held-out sentence up to the first half of a vocabulary word; its four choices
+are the word's second half and the second halves of three other vocabulary words with a
+second half of the same length. A model learns the task as it learns the language's
+words, so accuracy moves over training where a benchmark would sit at chance for a small
+model. The ending continues the context directly (no delimiter), so cloze scoring reads it
+as the text's next bytes; the answer position cycles through 0-3, so a position bias
+cannot pass for skill.
+
+The eval-set stage writes a pool per language to ``evalsets/mcqa_wordcomp_<lang>.jsonl``,
+one JSON object per line. Items are drawn in one seeded order and the pool stops at its
+size, so the first n items of any pool are the items a pool of n would hold: a probe
+takes a prefix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from bytecanary.data.corpus import word_distribution
+from bytecanary.data.evalsets import checked_entry, sentences
+from bytecanary.data.languages import LANGUAGES, Language
+from bytecanary.errors import BytecanaryError
+from bytecanary.io import atomic_path, read_text
+
+VOCABULARY = 20_000  # target words come from the language's most frequent wordfreq words
+MIN_CONTEXT = 8  # characters of the sentence before the target word
+FIELDS = ("id", "task", "language", "question", "choices", "answer", "continuation", "delimiter")
+_TYPES = {"id": str, "task": str, "language": str, "question": str, "continuation": bool, "delimiter": str}
+
+
+def file_name(language: str) -> str:
+    return f"mcqa_wordcomp_{language}.jsonl"
+
+
+def _vocabulary(language: str) -> set[str]:
+    minimum = 4 if language == "en" else 2  # English halves of at least two letters
+    return {w for w in word_distribution(language, VOCABULARY)[0] if len(w) >= minimum}
+
+
+def _words(sentence: str, lang: Language, known: set[str], longest: int) -> Iterator[tuple[int, str]]:
+    """(position, word) of each vocabulary word: a token between separators (stripped of
+    punctuation), or, in a script without separators, the longest word at each character."""
+    if lang.word_separator:
+        pos = 0
+        for token in sentence.split(lang.word_separator):
+            if token.strip(".,?!") in known:
+                yield pos, token.strip(".,?!")
+            pos += len(token) + len(lang.word_separator)
+        return
+    for pos in range(len(sentence) - 1):
+        for k in range(longest, 1, -1):
+            if sentence[pos : pos + k] in known:
+                yield pos, sentence[pos : pos + k]
+                break
+
+
+def _endings(known: set[str]) -> dict[int, list[str]]:
+    """Distinct second halves of the vocabulary by length, sorted so the seeded draw is stable."""
+    by_length: dict[int, set[str]] = {}
+    for word in known:
+        by_length.setdefault(len(word) - len(word) // 2, set()).add(word[len(word) // 2 :])
+    return {length: sorted(halves) for length, halves in by_length.items()}
+
+
+def build_items(heldout_docs: Iterable[str], language: str, n: int, seed: int) -> list[dict]:
+    """Up to ``n`` items from every word occurrence of the held-out documents, in a seeded
+    order; an occurrence whose ending has fewer than three distractors is passed over."""
+    lang = LANGUAGES[language]
+    known = _vocabulary(language)
+    longest = max(map(len, known))
+    found = [
+        (sentence[:pos], word)
+        for doc in heldout_docs
+        for sentence in sentences(doc, lang)
+        for pos, word in _words(sentence, lang, known, longest)
+        if pos >= MIN_CONTEXT
+    ]
+    endings = _endings(known)
+    rng = np.random.default_rng([seed, 7, sorted(LANGUAGES).index(language)])
+    items: list[dict] = []
+    for i in rng.permutation(len(found)):
+        context, word = found[i]
+        half = len(word) // 2
+        right = word[half:]
+        pool = [e for e in endings[len(right)] if e != right]
+        if len(pool) < 3:
+            continue
+        others = [pool[j] for j in rng.choice(len(pool), 3, replace=False)]
+        answer = len(items) % 4
+        items.append(
+            {
+                "id": f"wordcomp_{language}-{len(items)}",
+                "task": f"wordcomp_{language}",
+                "language": language,
+                "question": context + word[:half],
+                "choices": [*others[:answer], right, *others[answer:]],
+                "answer": answer,
+                "continuation": True,
+                "delimiter": "",
+            }
+        )
+        if len(items) == n:
+            break
+    return items
+
+
+def write_items(path: Path, items: list[dict]) -> None:
+    """One JSON object per line, replacing ``path`` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in items), encoding="utf-8")
+
+
+def _checked(item: object, where: str) -> dict:
+    item = checked_entry(item, where, FIELDS)
+    for key, kind in _TYPES.items():
+        if not isinstance(item[key], kind):
+            raise BytecanaryError(f"{where}: {key!r} must be {kind.__name__}, got {item[key]!r}")
+    if item["language"] not in LANGUAGES:
+        raise BytecanaryError(f"{where}: unknown language {item['language']!r}")
+    choices, answer = item["choices"], item["answer"]
+    if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
+        raise BytecanaryError(f"{where}: 'choices' must be a list of at least two texts")
+    if not isinstance(answer, int) or isinstance(answer, bool) or not 0 <= answer < len(choices):
+        raise BytecanaryError(f"{where}: 'answer' must index 'choices', got {answer!r}")
+    return item
+
+
+def load_items(path: str | Path) -> list[dict]:
+    """Every item of a pool file, each line checked. The file is written atomically, so
+    every non-blank line must parse (``read_jsonl`` skips a torn last line, as a log being
+    written may have)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BytecanaryError(f"{path}: no word-completion items; run `bytecanary prepare` for this data")
+    items = []
+    # split on "\n" only: held-out text may hold U+2028 or U+0085, which splitlines() splits on
+    for number, line in enumerate(read_text(path, "eval-set file").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise BytecanaryError(f"{path}:{number}: not valid JSON ({err.msg})") from None
+        items.append(_checked(item, f"{path}:{number}"))
+    return items

@@ -1,0 +1,291 @@
+"""The metric-key schema: every key bytecanary writes, and what each metric means.
+
+Probes build their keys with these functions; the report, its figures, the summary tables
+and the W&B setup read them back through the same functions, so a probe and the report
+can never disagree, and a rename happens here only. The key shapes are the user-facing
+contract (README, "Metric keys"):
+
+    val/ppl, val/<lang>/ppl                                   training
+    probe/level0/<lang>/<tier>[/<k>]/<metric>                 lang, tier may be "all"
+    probe/level1/<lang>[/<k>]/<metric>                        lang may be "all"
+    probe/mcqa/<task>/<protocol>/<metric>                     one protocol on one task
+    probe/mcqa/<task>/<metric>                                across protocols (fsi, mcnemar_p)
+    perf/<name>, perf/probe_seconds/<probe>                   throughput
+
+``<k>`` is ``k1``.. (the prompt holds the first k bytes of the character) or ``kfull``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+TOKENS_SEEN = "tokens_seen"
+STEP = "step"
+PREFIXES = ("train", "val", "probe", "perf")  # every logged key starts with one of these
+
+# MCQA protocols: scored by likelihood, or by generation (the space-tokenization trap, Matched-and-Dashed,
+# Format Sensitivity Index arXiv:2607.09665)
+SEPARATE, MERGED, CLOZE, DASHED = "letter_separate", "letter_merged", "cloze", "dashed"
+WRAPPER = "wrapper_"  # + family: one protocol per prompt wrapper
+SCORED_PROTOCOLS = (SEPARATE, MERGED, CLOZE)
+WRAPPER_FAMILIES = ("plain", "json", "structured", "structured_delim", "deliberate")
+GENERATED_PROTOCOLS = (DASHED, *(f"{WRAPPER}{f}" for f in WRAPPER_FAMILIES))
+MCQA_PROTOCOLS = SCORED_PROTOCOLS + GENERATED_PROTOCOLS
+PROTOCOL_LABELS = {
+    SEPARATE: "letter, separate",
+    MERGED: "letter, merged",
+    CLOZE: "cloze",
+    DASHED: "M&D (dashed)",
+    **{f"{WRAPPER}{f}": f"wrapper {f}" for f in WRAPPER_FAMILIES},
+}
+WRAPPER_INDICES = ("fsi", "psi", "nfsi")  # per task, across the wrapper protocols
+# MCQA task groups that pool over languages; any other task (a benchmark) stands alone
+TASK_GROUPS = {"wordcomp": "word completion (embedded)", "nonsenseqa": "NonsenseQA"}
+
+Aggregation = Literal["mean", "rate", "exp_mean", "spread", "count", "test", "index", "ci"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric name (the last part of a key): which way is better and how it aggregates."""
+
+    name: str
+    higher_is_better: bool | None  # None: neither (a count, a p-value, a share)
+    aggregation: Aggregation
+    """How per-item values become the metric: mean of a score, rate of a yes/no, exp of
+    a mean NLL, max - min over views, a count, a test statistic, an index, a CI bound."""
+    doc: str
+
+
+def _m(name: str, up: bool | None, aggregation: Aggregation, doc: str) -> Metric:
+    return Metric(name, up, aggregation, doc)
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        # training
+        _m("loss", False, "mean", "cross-entropy per token"),
+        _m("lr", None, "mean", "learning rate"),
+        # UTF-8 probes (arXiv:2606.14122 section 3.2)
+        _m("partial", True, "mean", "V_partial at the last generation step"),
+        _m("strict", True, "rate", "share of streams that are complete, valid UTF-8"),
+        _m("soft", True, "mean", "share of bytes inside complete valid characters"),
+        _m("cumulative", True, "mean", "V_partial averaged over the steps"),
+        _m("ema", True, "mean", "exponential moving average of V_partial over the steps"),
+        _m("partial@t", True, "mean", "V_partial after t generated tokens (partial@t1..)"),
+        _m("gold_win_rate", True, "rate", "share of samples where the gold remainder beats the output"),
+        _m("delta_ll_mean", True, "mean", "mean of LL(gold remainder) - LL(generated)"),
+        _m("delta_ll_median", True, "mean", "median of LL(gold remainder) - LL(generated)"),
+        _m("delta_ll_std", None, "mean", "standard deviation of Delta_LL"),
+        _m("ppl", False, "exp_mean", "perplexity"),
+        _m("pure_share", None, "rate", "share of outputs made of byte tokens only"),
+        _m("partial_pure", True, "mean", "V_partial of pure byte-token outputs"),
+        _m("partial_mixed", True, "mean", "V_partial of outputs with a multi-byte token"),
+        _m("term_match", True, "rate", "exactly the remainder, then a character boundary"),
+        _m("n", None, "count", "samples or items"),
+        # MCQA, per protocol
+        _m("acc", True, "rate", "accuracy"),
+        _m("acc_norm", True, "rate", "accuracy, log-likelihood per character (lm-eval)"),
+        _m("acc_bytes", True, "rate", "accuracy, log-likelihood per UTF-8 byte"),
+        _m("ece", False, "mean", "expected calibration error (10 equal-mass bins)"),
+        _m("brier", False, "mean", "Brier score of the option softmax"),
+        _m("acc_perm_spread", False, "spread", "max - min accuracy over option rotations"),
+        _m("parsable", True, "rate", "share of answers in the wrapper's exact format"),
+        _m("acc_normalised", True, "rate", "accuracy after lenient extraction"),
+        _m("parsable_normalised", True, "rate", "parsable after lenient extraction"),
+        _m("matched", True, "rate", "share of M&D answers matched to an option"),
+        _m("acc_matched", True, "rate", "M&D accuracy among matched answers"),
+        _m("rule", None, "rate", "how often an M&D extraction rule fired (rule_<name>)"),
+        _m("prompt_tokens", None, "mean", "prompt length in tokens"),
+        _m("chance_gap", None, "mean", "NonsenseQA: accuracy - 1/choices"),
+        _m("chance_distance", False, "mean", "NonsenseQA: |accuracy - 1/choices|"),
+        _m("win", None, "rate", "1 if this wrapper had the task's best accuracy"),
+        _m("wins", None, "count", "tasks a wrapper won"),
+        # MCQA, per task across protocols
+        _m("mcnemar_p", None, "test", "McNemar exact p, separate vs merged"),
+        _m("fsi", False, "index", "format sensitivity index over the wrappers"),
+        _m("psi", False, "index", "parsability sensitivity index"),
+        _m("nfsi", False, "index", "FSI normalised by accuracy"),
+        _m("delta_tok_median", None, "mean", "median relative prompt-length spread across wrappers"),
+        _m("matched_share", None, "rate", "share of items in the token-matched subset"),
+        _m("kendall_tau_sep_merged", None, "test", "Kendall tau-b of checkpoint rankings, sep vs merged"),
+        _m("acc_parsable_r", None, "test", "Pearson r of accuracy and parsability over wrapper cells"),
+        _m("parsability_beta", None, "test", "fixed-effects slope of accuracy on parsability"),
+        _m("parsability_beta_se", None, "test", "standard error of that slope"),
+        _m("cells", None, "count", "(checkpoint, task, wrapper) cells"),
+        # performance
+        _m("tokens_per_s", True, "mean", "training tokens per second"),
+        _m("samples_per_s", True, "mean", "training samples per second"),
+        _m("mfu", True, "mean", "model FLOPs utilisation"),
+        _m("probe_seconds", False, "mean", "wall seconds of one probe at one checkpoint"),
+    )
+}
+_SUFFIXES = ("_lo", "_hi", "_normalised", "_matched")  # CI bounds and variants keep their base's sense
+
+
+def metric(key: str) -> Metric | None:
+    """The metric a key ends with (``probe/level0/all/all/partial@t3`` -> ``partial@t``)."""
+    name = key.rsplit("/", 1)[-1]
+    if name.startswith("partial@t"):
+        return METRICS["partial@t"]
+    if name.startswith("rule_"):
+        return METRICS["rule"]
+    if name not in METRICS and key.startswith("perf/probe_seconds/"):
+        return METRICS["probe_seconds"]
+    while name not in METRICS:
+        base = next((name.removesuffix(s) for s in _SUFFIXES if name.endswith(s)), None)
+        if base is None:
+            return None
+        name = base
+    return METRICS[name]
+
+
+def higher_is_better(key: str) -> bool | None:
+    """True or False where a direction is declared, None for the rest (or unknown keys)."""
+    m = metric(key)
+    if m is None or m.aggregation == "ci" or key.endswith(("_lo", "_hi")):
+        return None
+    return m.higher_is_better
+
+
+# ---- key builders ---------------------------------------------------------------------------
+
+
+def val_ppl(lang: str | None = None) -> str:
+    return "val/ppl" if lang in (None, "all") else f"val/{lang}/ppl"
+
+
+def level0(lang: str = "all", tier: str = "all", metric: str = "partial", k: str | None = None) -> str:
+    """``probe/level0/<lang>/<tier>[/<k>]/<metric>``; "all" is the aggregate."""
+    return f"probe/level0/{lang}/{tier}/{k}/{metric}" if k else f"probe/level0/{lang}/{tier}/{metric}"
+
+
+def level1(lang: str = "all", metric: str = "term_match", k: str | None = None) -> str:
+    """``probe/level1/<lang>[/<k>]/<metric>``; "all" is the aggregate."""
+    return f"probe/level1/{lang}/{k}/{metric}" if k else f"probe/level1/{lang}/{metric}"
+
+
+def utf8(probe: str, group: str, metric: str) -> str:
+    """A UTF-8 probe's key from its group path (``<lang>/<tier>[/<k>]`` or ``<lang>[/<k>]``)."""
+    return f"probe/{probe}/{group}/{metric}"
+
+
+def mcqa(task: str, protocol: str, metric: str) -> str:
+    """``probe/mcqa/<task>/<protocol>/<metric>``."""
+    return f"probe/mcqa/{task}/{protocol}/{metric}"
+
+
+def mcqa_task(task: str, metric: str) -> str:
+    """``probe/mcqa/<task>/<metric>``: across protocols (``task="all"``: across tasks)."""
+    return f"probe/mcqa/{task}/{metric}"
+
+
+def perf(name: str) -> str:
+    return f"perf/{name}"
+
+
+def probe_seconds(probe: str) -> str:
+    return f"perf/probe_seconds/{probe}"
+
+
+# ---- key readers ----------------------------------------------------------------------------
+
+
+def parts(key: str) -> list[str]:
+    return key.split("/")
+
+
+def probe_of(key: str) -> str | None:
+    """``level0`` for ``probe/level0/...``; None for other keys."""
+    p = key.split("/")
+    return p[1] if len(p) > 2 and p[0] == "probe" else None
+
+
+def language_of(key: str) -> str | None:
+    """The language field of a UTF-8 probe key (``all`` for the aggregate)."""
+    p = key.split("/")
+    return p[2] if len(p) > 3 and p[0] == "probe" and p[1] in ("level0", "level1") else None
+
+
+def languages_in(keys: object, probe: str) -> list[str]:
+    """The languages (not ``all``) that ``probe``'s keys name, sorted."""
+    return sorted({lang for k in keys if probe_of(k) == probe and (lang := language_of(k))} - {"all"})
+
+
+def mcqa_task_of(key: str) -> str | None:
+    p = key.split("/")
+    return p[2] if len(p) > 3 and p[:2] == ["probe", "mcqa"] else None
+
+
+def mcqa_tasks(keys: object) -> list[str]:
+    """Every MCQA task the keys name, sorted (``all`` holds the probe's own averages)."""
+    return sorted({t for k in keys if (t := mcqa_task_of(k))} - {"all"})
+
+
+def task_group(task: str) -> str:
+    """``wordcomp_<lang>`` and ``nonsenseqa_<lang>`` pool over languages; a benchmark stands alone."""
+    head = task.split("_")[0]
+    return head if head in TASK_GROUPS else task
+
+
+def wrapper_cell(key: str) -> tuple[str, str] | None:
+    """(task, family) of a ``probe/mcqa/<task>/wrapper_<family>/acc`` key, else None."""
+    p = key.split("/")
+    if len(p) == 5 and p[:2] == ["probe", "mcqa"] and p[3].startswith(WRAPPER) and p[4] == "acc":
+        return (p[2], p[3].removeprefix(WRAPPER)) if p[2] != "all" else None
+    return None
+
+
+# ---- the headline: the scalars a W&B workspace charts ------------------------------------------
+# Everything else a probe measures goes to W&B as rows of one detail table per probe (and stays
+# in probes.jsonl); a workspace of thousands of auto-panels hides the few curves that carry the
+# papers' findings.
+
+HEADLINE_LEVEL0 = ("partial", "strict", "gold_win_rate")  # all and per language; partial per tier
+HEADLINE_MCQA_TASK = ("fsi", "fsi_lo", "fsi_hi", "psi", "psi_lo", "psi_hi")  # over tasks (``all``)
+HEADLINE_LIMIT = 150  # scalar keys per run, at most (the axes and ``perf/*`` included)
+
+
+def mcqa_group(group: str, protocol: str, metric: str) -> str:
+    """``probe/mcqa/<group>/<protocol>/<metric>``: the mean over a task group's tasks."""
+    return mcqa(group, protocol, metric)
+
+
+def is_headline(key: str) -> bool:
+    """Whether ``key`` is charted as a scalar (see ``headline_view`` for the derived ones)."""
+    p = key.split("/")
+    if p[0] in ("train", "perf") or key in (TOKENS_SEEN, STEP):
+        return True
+    if p[0] == "val":
+        return p[-1] in ("ppl", "loss")
+    if p[:2] == ["probe", "level0"] and len(p) == 5:
+        lang, tier, name = p[2], p[3], p[4]
+        return (tier == "all" and name in HEADLINE_LEVEL0) or (lang != "all" and name == "partial")
+    if p[:2] == ["probe", "level1"] and len(p) == 4:
+        return p[3] == "term_match"
+    if p[:2] == ["probe", "mcqa"]:
+        if len(p) == 4:
+            return p[2] == "all" and p[3] in HEADLINE_MCQA_TASK
+        if len(p) == 5 and p[4] == "acc":  # per group (derived), and per task for cloze
+            return p[2] in TASK_GROUPS or p[3] == CLOZE or task_group(p[2]) == p[2] != "all"
+        if len(p) == 5 and p[4] == "chance_gap":
+            return p[2] == "nonsenseqa"
+    return False
+
+
+def headline_view(metrics: dict[str, float]) -> dict[str, float]:
+    """The headline scalars of one logged dict: its headline keys, plus the MCQA means over
+    each task group (``probe/mcqa/wordcomp/cloze/acc`` over ``wordcomp_<lang>``), which
+    the probe itself does not write."""
+    out = {k: v for k, v in metrics.items() if is_headline(k)}
+    sums: dict[str, list[float]] = {}
+    for key, value in metrics.items():
+        p = key.split("/")
+        if len(p) == 5 and p[:2] == ["probe", "mcqa"] and p[4] in ("acc", "chance_gap"):
+            group = task_group(p[2])
+            if group in TASK_GROUPS:
+                sums.setdefault(mcqa_group(group, p[3], p[4]), []).append(value)
+    out.update({k: sum(v) / len(v) for k, v in sums.items() if is_headline(k)})
+    return out

@@ -1,0 +1,158 @@
+"""The probe tables that ``bytecanary probe`` and ``bytecanary demo`` print.
+
+One row per probed checkpoint: step, tokens seen, the headline metrics, then one column
+per language. Level 0 adds V_partial by frequency tier at the last checkpoint; MCQA
+averages each protocol over a task group and adds the cross-checkpoint statistics, which
+``add_mcqa_series`` also puts into the W&B run's summary. Rows come from ``probes.jsonl``,
+so the tables show what was recorded, whoever probed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bytecanary import keys
+from bytecanary.data.evalsets import TIERS
+from bytecanary.io import read_jsonl
+from bytecanary.report import analysis
+from bytecanary.report.analysis import CLOZE, DASHED, MERGED, SEPARATE
+
+
+@dataclass(frozen=True)
+class ProbeTable:
+    """A UTF-8 probe's table: (column, key) headline pairs, then ``per_language(lang)`` per language."""
+
+    title: str
+    headline: list[tuple[str, str]]
+    per_language: Callable[[str], str]
+
+
+TABLES = {
+    "level0": ProbeTable(
+        "Level 0 (context-free validity)",
+        [
+            ("partial", keys.level0(metric="partial")),
+            ("strict", keys.level0(metric="strict")),
+            ("gold win", keys.level0(metric="gold_win_rate")),
+            ("ppl", keys.level0(metric="ppl")),
+        ],
+        lambda lang: keys.level0(lang, metric="partial"),
+    ),
+    "level1": ProbeTable(
+        "Level 1 (context-guided retrieval)",
+        [
+            ("term match", keys.level1(metric="term_match")),
+            ("partial", keys.level1(metric="partial")),
+            ("gold win", keys.level1(metric="gold_win_rate")),
+        ],
+        lambda lang: keys.level1(lang, metric="term_match"),
+    ),
+}
+# MCQA headline: accuracy averaged over the embedded (word) and NonsenseQA (nonsense) tasks;
+# (column, task group or "all" for the probe's own average, protocol or None, metric)
+MCQA_COLUMNS = [
+    ("word sep", "wordcomp", SEPARATE, "acc"),
+    ("word mrg", "wordcomp", MERGED, "acc"),
+    ("word cloze", "wordcomp", CLOZE, "acc"),
+    ("word M&D", "wordcomp", DASHED, "acc"),
+    ("nons sep", "nonsenseqa", SEPARATE, "acc"),
+    ("nons M&D", "nonsenseqa", DASHED, "acc"),
+    ("FSI", "all", None, "fsi"),
+    ("PSI", "all", None, "psi"),
+]
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    """The records of ``out``; none yet when nothing was probed."""
+    return read_jsonl(out) if out.is_file() else []
+
+
+def _mcqa_cells(metrics: dict[str, float]) -> list[float | None]:
+    """Per MCQA column, the mean over the group's tasks that have the metric."""
+    cells = []
+    for _, group, protocol, metric in MCQA_COLUMNS:
+        if group == "all":
+            cells.append(metrics.get(analysis.mcqa_key("all", metric, protocol)))
+            continue
+        values = [
+            v
+            for k, v in metrics.items()
+            if (task := keys.mcqa_task_of(k))
+            and keys.task_group(task) == group
+            and k == analysis.mcqa_key(task, metric, protocol)
+        ]
+        cells.append(sum(values) / len(values) if values else None)
+    return cells
+
+
+def summary(out: Path) -> str:
+    """Per probe, one row per checkpoint: step, tokens, headline metrics, then by language;
+    for MCQA, the cross-checkpoint statistics under the table."""
+    by_probe: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in _records(out):
+        if r["status"] == "ok" and (r["probe"] in TABLES or r["probe"] == "mcqa"):
+            by_probe.setdefault(r["probe"], {})[r["checkpoint"]] = r
+    blocks = []
+    for probe, records in by_probe.items():
+        if probe == "mcqa":
+            title, names = "MCQA (accuracy, mean over tasks)", [n for n, _, _, _ in MCQA_COLUMNS]
+        else:
+            table = TABLES[probe]
+            langs = keys.languages_in({k for r in records.values() for k in r["metrics"]}, probe)
+            cols = [key for _, key in table.headline] + [table.per_language(lang) for lang in langs]
+            title, names = table.title, [n for n, _ in table.headline] + langs
+        lines = [title, f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(f"{n:>11}" for n in names)]
+        for key, r in sorted(records.items(), key=lambda kv: (kv[1]["step"] is None, kv[1]["step"] or 0)):
+            m = r["metrics"]
+            values = _mcqa_cells(m) if probe == "mcqa" else [m.get(k) for k in cols]
+            tokens = f"{r['tokens_seen']:,}" if r["tokens_seen"] is not None else "-"
+            step = r["step"] if r["step"] is not None else "-"
+            lines.append(f"{Path(key.split('@')[0]).name[-28:]:<28}{step:>8}{tokens:>12}{_cells(values)}")
+        if probe == "mcqa" and len(records) > 1:
+            lines.append(_mcqa_series_line(list(records.values())))
+        if probe == "level0":
+            lines += _tier_lines(max(records.values(), key=lambda r: r["step"] or 0))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _cells(values: list[float | None]) -> str:
+    return "".join(f"{v:>11.3f}" if v is not None else f"{'-':>11}" for v in values)
+
+
+def _tier_lines(record: dict[str, Any]) -> list[str]:
+    """V_partial by language and frequency tier at one checkpoint (the last probed)."""
+    m = record["metrics"]
+    lines = [f"{'partial by tier, step ' + str(record['step']):<28}" + "".join(f"{t:>11}" for t in TIERS)]
+    lines += [
+        f"{lang:<28}" + _cells([m.get(keys.level0(lang, t)) for t in TIERS])
+        for lang in keys.languages_in(m, "level0")
+    ]
+    return lines
+
+
+def _mcqa_series_line(records: list[dict[str, Any]]) -> str:
+    """Kendall tau of the checkpoints' rankings under the two space strategies, and how
+    much of wrapper accuracy parsability explains (Pearson r, fixed-effects beta)."""
+    s = analysis.mcqa_series(records)
+    taus = {t: s[k] for t in keys.mcqa_tasks(s) if (k := keys.mcqa_task(t, "kendall_tau_sep_merged")) in s}
+    tau = "  ".join(f"{t} {v:+.2f}" for t, v in taus.items() if not math.isnan(v))
+    beta = s.get(keys.mcqa_task("all", "parsability_beta"), math.nan)
+    se = s.get(keys.mcqa_task("all", "parsability_beta_se"), math.nan)
+    r = s.get(keys.mcqa_task("all", "acc_parsable_r"), math.nan)
+    return (
+        f"across checkpoints: Kendall tau (separate vs merged ranking) {tau or 'n/a'}\n"
+        f"accuracy vs parsability over wrapper cells: Pearson r {r:.3f}, beta {beta:.3f} +- {se:.3f}"
+    )
+
+
+def add_mcqa_series(out: Path, wandb_run: Any) -> None:
+    """``bytecanary probe``'s finish hook: the cross-checkpoint MCQA statistics of ``out``
+    into the W&B run's summary, beside the per-checkpoint curves."""
+    mcqa = [r for r in _records(out) if r["probe"] == "mcqa" and r["status"] == "ok"]
+    if len(mcqa) > 1:
+        wandb_run.summary.update(analysis.mcqa_series(mcqa))

@@ -1,0 +1,225 @@
+"""The tables behind the report's figures: markdown in ``report.md``, ``wandb.Table`` in W&B.
+
+One row per probed checkpoint (validation rows merged in on ``tokens_seen``), columns
+named by the metric key they hold, so a header can say which way is better (``↑``/``↓``
+from ``keys.higher_is_better``). Absent data is ``-``; a statistic the data cannot
+support is ``n/a``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from bytecanary import keys
+from bytecanary.data.evalsets import TIERS
+from bytecanary.data.languages import LANGUAGES
+from bytecanary.report import analysis, figures
+from bytecanary.report.analysis import CLOZE, DASHED, MERGED, SEPARATE, Checkpoint, Convergence, Curve
+
+_VALIDITY_COLUMNS = [
+    (f"V {m} {lang}", keys.level0(lang, "all", m))
+    for m in ("partial", "strict")
+    for lang in ("all", *LANGUAGES)
+]
+_TASK_COLUMNS = [  # (column, protocol or None for the task's own metric, metric, format)
+    ("letter sep acc", SEPARATE, "acc", ".3f"),
+    ("letter merged acc", MERGED, "acc", ".3f"),
+    ("cloze acc", CLOZE, "acc", ".3f"),
+    ("cloze acc_norm", CLOZE, "acc_norm", ".3f"),
+    ("M&D acc", DASHED, "acc", ".3f"),
+    ("McNemar p", None, "mcnemar_p", ".3g"),
+    *((name, None, name, ".3f") for name in ("fsi", "fsi_lo", "fsi_hi", "psi", "psi_lo", "psi_hi", "nfsi")),
+    ("n", None, "n", ",.0f"),
+]
+TOKENS = "tokens seen"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: its label, the format spec of its cells and the metric key it holds."""
+
+    label: str
+    fmt: str = ".3f"
+    key: str | None = None
+
+    @property
+    def header(self) -> str:
+        """The label with ``↑``/``↓`` when the metric declares which way is better."""
+        up = keys.higher_is_better(self.key) if self.key else None
+        return self.label if up is None else f"{self.label} {'↑' if up else '↓'}"
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of the report: markdown in ``report.md``, a ``wandb.Table`` in W&B."""
+
+    name: str
+    title: str
+    columns: list[Column]
+    rows: list[list[Any]]
+
+    @property
+    def labels(self) -> list[str]:
+        return [c.label for c in self.columns]
+
+    def markdown(self) -> str:
+        head = f"| {' | '.join(c.header for c in self.columns)} |\n|{'---|' * len(self.columns)}\n"
+        body = "".join(
+            f"| {' | '.join(_cell(v, c.fmt) for v, c in zip(row, self.columns, strict=True))} |\n"
+            for row in self.rows
+        )
+        return f"## {self.title}\n\n{head}{body}"
+
+    def without_empty_columns(self, keep: int) -> Table:
+        """Drop the columns after the first ``keep`` that hold no value at all."""
+        cols = [i for i in range(len(self.columns)) if i < keep or any(r[i] is not None for r in self.rows)]
+        rows = [[r[i] for i in cols] for r in self.rows]
+        return Table(self.name, self.title, [self.columns[i] for i in cols], rows)
+
+
+def _cell(value: Any, spec: str) -> str:
+    """``-`` for absent data, ``n/a`` for a statistic the data cannot support."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isnan(value):
+        return "n/a"
+    return format(value, spec)
+
+
+def _rows_by_checkpoint(
+    metrics: list[dict[str, Any]], cps: list[Checkpoint], columns: list[tuple[str, str]], with_ppl: bool
+) -> list[list[Any]]:
+    """tokens_seen, step, [val ppl], then ``columns`` per checkpoint; with ``with_ppl`` every
+    validation row of ``metrics`` too, merged on tokens_seen."""
+    rows: dict[Any, dict[str, Any]] = {}
+    for c in cps:
+        key = c.tokens_seen if c.tokens_seen is not None else f"checkpoint {c.key}"
+        rows[key] = {"tokens": c.tokens_seen, "step": c.step, **{k: c.value(k) for _, k in columns}}
+    for r in metrics if with_ppl else ():
+        ppl, tokens = analysis.finite(r.get(keys.val_ppl())), r.get(keys.TOKENS_SEEN)
+        if ppl is not None and tokens is not None:
+            rows.setdefault(tokens, {"tokens": tokens, "step": r.get(keys.STEP)})[keys.val_ppl()] = ppl
+    ordered = sorted(rows.values(), key=lambda r: (r["tokens"] is None, r["tokens"] or 0, r["step"] or 0))
+    row_keys = ([keys.val_ppl()] if with_ppl else []) + [k for _, k in columns]
+    return [[r["tokens"], r["step"], *(r.get(k) for k in row_keys)] for r in ordered]
+
+
+def _checkpoint_table(
+    name: str,
+    title: str,
+    metrics: list[dict[str, Any]],
+    cps: list[Checkpoint],
+    columns: list[tuple[str, str]],
+    with_ppl: bool = False,
+) -> Table:
+    head = [Column(TOKENS, ","), Column("step", "")]
+    head += [Column("val ppl", ",.1f", keys.val_ppl())] if with_ppl else []
+    rows = _rows_by_checkpoint(metrics, cps, columns, with_ppl)
+    return Table(name, title, head + [Column(label, ".3f", key) for label, key in columns], rows)
+
+
+def _convergence_table(conv: Convergence) -> Table:
+    rows = []
+    for curve in (conv.ppl, *conv.validity.values()):
+        note = "" if curve.converged_at is not None else curve.describe
+        rows.append(
+            [curve.key, len(curve.tokens), curve.converged_at, conv.ratio_to_ppl(curve.converged_at), note]
+        )
+    columns = [
+        Column("curve", ""),
+        Column("points", ""),
+        Column("converges at (tokens seen)", ",.0f"),
+        Column("x val/ppl tokens", ".2f"),
+        Column("note", ""),
+    ]
+    return Table("convergence", "Convergence points (same rule for every curve)", columns, rows)
+
+
+def _tier_tables(metrics: list[dict[str, Any]], cps: list[Checkpoint]) -> list[Table]:
+    tables = []
+    for lang in LANGUAGES:
+        columns = [(tier, keys.level0(lang, tier)) for tier in TIERS]
+        if any(c.value(k) is not None for c in cps for _, k in columns):
+            title = f"Level 0 V partial by tier, {lang}"
+            tables.append(_checkpoint_table(f"tiers_{lang}", title, metrics, cps, columns))
+    return tables
+
+
+def _group_table(
+    name: str,
+    title: str,
+    cps: list[Checkpoint],
+    groups: dict[str, list[str]],
+    metrics: list[tuple[str, str, str | None]],
+) -> Table:
+    """Per checkpoint, the mean over each task group of each (label, metric, protocol) in
+    ``metrics``, as plotted; columns no group has are left out."""
+    columns, curves = [], []
+    for group, tasks in groups.items():
+        for label, metric, protocol in metrics:
+            curve = analysis.group_mean_curve(cps, tasks, metric, protocol)
+            columns.append(Column(f"{group} {label}", ".3f", curve.key))
+            curves.append(curve)
+    tokens = sorted({x for c in curves for x in c.tokens})
+    steps = {c.tokens_seen: c.step for c in cps}
+    rows = [[int(x), steps.get(int(x)), *(_value_at(c, x) for c in curves)] for x in tokens]
+    table = Table(name, title, [Column(TOKENS, ","), Column("step", ""), *columns], rows)
+    return table.without_empty_columns(keep=2)
+
+
+def _value_at(curve: Curve, x: float) -> float | None:
+    return curve.values[curve.tokens.index(x)] if x in curve.tokens else None
+
+
+def _mcqa_tables(cps: list[Checkpoint], series: dict[str, float]) -> list[Table]:
+    groups = analysis.task_groups(cps)
+    if not groups:
+        return []
+    accuracy = [(keys.PROTOCOL_LABELS[p], "acc", p) for p in figures.PROTOCOL_STYLES]
+    sensitivity = [("FSI", "fsi", None), ("PSI", "psi", None)]
+    last = next(c for c in reversed(cps) if any(keys.probe_of(k) == "mcqa" for k in c.metrics))
+    task_rows = [
+        [t, *(last.value(analysis.mcqa_key(t, metric, protocol)) for _, protocol, metric, _ in _TASK_COLUMNS)]
+        for t in analysis.mcqa_tasks([last])
+    ]
+    task_columns = [
+        Column(label, fmt, analysis.mcqa_key("<task>", metric, protocol))
+        for label, protocol, metric, fmt in _TASK_COLUMNS
+    ]
+    at = f"{last.tokens_seen:,} tokens seen" if last.tokens_seen is not None else last.key
+    by_group = [
+        _group_table("mcqa_accuracy", "MCQA accuracy, mean over each task group", cps, groups, accuracy),
+        _group_table("mcqa_sensitivity", "FSI and PSI, mean over each task group", cps, groups, sensitivity),
+    ]
+    return [
+        *(t for t in by_group if len(t.columns) > 2),
+        Table(
+            "mcqa_tasks",
+            f"MCQA by task at the last probed checkpoint ({at})",
+            [Column("task", ""), *task_columns],
+            task_rows,
+        ).without_empty_columns(keep=1),
+        Table(
+            "mcqa_series",
+            "MCQA across checkpoints",
+            [Column("statistic", ""), Column("value", ".4g")],
+            [[k, v] for k, v in series.items()],
+        ),
+    ]
+
+
+def build_tables(
+    metrics: list[dict[str, Any]], cps: list[Checkpoint], conv: Convergence, series: dict[str, float]
+) -> list[Table]:
+    """Every table of the report, in the order of the figures they stand behind."""
+    per_checkpoint = _checkpoint_table(
+        "per_checkpoint",
+        "Validation perplexity and Level 0 validity per checkpoint",
+        metrics,
+        cps,
+        [(c, k) for c, k in _VALIDITY_COLUMNS if k in conv.validity],
+        with_ppl=True,
+    )
+    return [per_checkpoint, _convergence_table(conv), *_tier_tables(metrics, cps), *_mcqa_tables(cps, series)]

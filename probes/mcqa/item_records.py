@@ -1,0 +1,56 @@
+"""Per-item MCQA records: one JSON line per view, enough to recompute every metric.
+
+Scored protocols keep the choice log-likelihoods, the continuation ids and the prompt's
+last ids (the space-tokenization trap lives there); generative protocols keep every
+generated text, its strict and normalised predictions and, for M&D, the rule that fired.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bytecanary import keys
+from probes.mcqa.views import View
+
+
+def write_item_records(
+    path: str | Path,
+    probe: str,
+    views: Sequence[View],
+    per_view: dict[str, list[np.ndarray]],
+    graded: dict[str, np.ndarray],
+    generated: Sequence[str],
+) -> None:
+    """Append one line per view to ``path`` (``per_view``: the scored protocols' log-likelihoods)."""
+    with open(path, "a", encoding="utf-8") as f:
+        for i, v in enumerate(views):
+            row: dict[str, Any] = {
+                "probe": probe,
+                "task": v.item.task,
+                "language": v.item.language,
+                "rotation": v.rotation,
+                "answer": v.item.answer,
+                "choices": list(v.item.choices),
+            }
+            for p, lls in per_view.items():
+                prompt_ids, conts = v.encodings[p]
+                row[p] = {
+                    "ll": lls[i].tolist(),
+                    "continuation_ids": conts,
+                    "prompt_tail_ids": prompt_ids[-3:],
+                }
+            for j, p in enumerate(generated if v.prompts else []):
+                row[p] = {
+                    "generated": list(graded["text"][i, j]),
+                    "prediction": graded[p][i].tolist(),
+                    "prediction_normalised": graded[f"{p}/normalised"][i].tolist(),
+                    "prompt_tokens": len(v.prompts[p]),
+                }
+                if p == keys.DASHED:
+                    row[p]["rule"] = list(graded[f"{p}/rule"][i])
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -1,0 +1,98 @@
+"""MCQA views: each item as the model sees it under every protocol, encoded once.
+
+A view is one presentation of an item (its options rotated by ``rotation``), with the
+prompt and continuation ids of every scored protocol and the prompt ids of every
+generative one. Generative protocols run on the unrotated view of the first items of a
+task only: a generated answer costs far more than a scored one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bytecanary import keys
+from bytecanary.bytecodec import ByteCodec
+from probes.mcqa import wrappers
+from probes.mcqa.encoding import encode_pair, letter_merged, letter_separate
+from probes.mcqa.prompts import dashed, labels, render, rotate
+from probes.mcqa.tasks import McqaItem
+
+
+@dataclass(frozen=True)
+class View:
+    """One presentation of an item: its options rotated by ``rotation``. Generative
+    protocols run on the unrotated view only (``prompts`` is empty for the others)."""
+
+    item: McqaItem
+    rotation: int
+    encodings: dict[str, tuple[list[int], list[list[int]]]]  # protocol -> (prompt ids, continuations)
+    prompts: dict[str, list[int]] = field(default_factory=dict)  # generative protocol -> prompt ids
+
+
+def cloze_encoding(tokenizer: Any, item: McqaItem) -> tuple[list[int], list[list[int]]]:
+    """Each option's full text after the question (or continuing the context), encoded as
+    lm-evaluation-harness does; the prompt is what every option's encoding shares."""
+    context = item.question if item.continuation else f"Question: {item.question}\nAnswer:"
+    delimiter = item.delimiter if item.continuation else " "
+    pairs = [encode_pair(tokenizer, context, f"{delimiter}{choice}") for choice in item.choices]
+    wholes = [ctx + cont for ctx, cont in pairs]
+    shared = len(pairs[0][0])
+    for whole in wholes:  # the shared prompt: the context, unless a boundary merged differently
+        while whole[:shared] != wholes[0][:shared]:
+            shared -= 1
+    return wholes[0][:shared], [whole[shared:] for whole in wholes]
+
+
+def generative_prompt(protocol: str, item: McqaItem) -> str:
+    return (
+        dashed(item) if protocol == keys.DASHED else wrappers.wrap(item, protocol.removeprefix(keys.WRAPPER))
+    )
+
+
+def scored_encodings(
+    tokenizer: Any, codec: ByteCodec, item: McqaItem, prompt: str, label_format: str, scored: Sequence[str]
+) -> dict[str, tuple[list[int], list[list[int]]]]:
+    """(prompt ids, one continuation per option) of every scored protocol."""
+    names = labels(label_format, len(item.choices))
+    enc: dict[str, tuple[list[int], list[list[int]]]] = {}
+    for protocol in scored:
+        if protocol == keys.SEPARATE:
+            e = letter_separate(tokenizer, codec, prompt, names)
+            enc[protocol] = (e.prompt_ids, e.continuations)
+        elif protocol == keys.MERGED:
+            e = letter_merged(tokenizer, codec, prompt, names)
+            enc[protocol] = (e.prompt_ids, e.continuations)
+        else:
+            enc[protocol] = cloze_encoding(tokenizer, item)
+    return enc
+
+
+def build_views(
+    tokenizer: Any,
+    items: Sequence[tuple[McqaItem, tuple[McqaItem, ...]]],
+    scored: Sequence[str],
+    generated: Sequence[str],
+    label_format: str,
+    permutations: bool,
+    generative_limit: int | None,
+) -> list[View]:
+    """Every view of every (item, its shots): all rotations with ``permutations``, the
+    generative prompts on the first ``generative_limit`` items of each task (None: all)."""
+    codec = ByteCodec.from_tokenizer(tokenizer)
+    views = []
+    seen: dict[str, int] = {}
+    for item, shots in items:
+        seen[item.task] = seen.get(item.task, 0) + 1
+        generative = generated if generative_limit is None or seen[item.task] <= generative_limit else []
+        for r in range(len(item.choices) if permutations else 1):
+            shown = rotate(item, r)
+            prompt = render(shown, label_format, shots)
+            enc = scored_encodings(tokenizer, codec, shown, prompt, label_format, scored)
+            gen = {
+                p: list(tokenizer.encode(generative_prompt(p, shown), add_special_tokens=False))
+                for p in (generative if r == 0 else [])
+            }
+            views.append(View(shown, r, enc, gen))
+    return views

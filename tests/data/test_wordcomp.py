@@ -1,0 +1,149 @@
+"""The embedded word-completion pool: written by prepare, the items the probe used to build."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bytecanary.data import wordcomp
+from bytecanary.data.corpus import read_documents, word_distribution
+from bytecanary.data.evalsets import sentences
+from bytecanary.data.languages import LANGUAGES
+from bytecanary.data.prepare import prepare
+from bytecanary.errors import BytecanaryError
+
+from ..conftest import SMALL
+
+POOL = 256  # the default eval.wordcomp_per_language; the small data has more occurrences
+
+
+def probe_time_items(data_dir: Path, language: str, n: int, seed: int) -> list[tuple]:
+    """The reference: ``probes.mcqa.tasks.word_completion_items`` as it was when the probe
+    built the items from held-out text itself, returning (question, choices, answer)."""
+    lang = LANGUAGES[language]
+    path = Path(data_dir) / "corpus" / language / "val.jsonl"
+    minimum = 4 if language == "en" else 2
+    vocab = [w for w in word_distribution(language, 20_000)[0] if len(w) >= minimum]
+    known = set(vocab)
+    longest = max(map(len, vocab))
+    found: list[tuple[str, str]] = []
+    for doc in read_documents(path):
+        for sentence in sentences(doc, lang):
+            if lang.word_separator:
+                pos = 0
+                for token in sentence.split(lang.word_separator):
+                    word = token.strip(".,?!")
+                    if word in known and pos >= 8:
+                        found.append((sentence[:pos], word))
+                    pos += len(token) + 1
+            else:
+                for pos in range(8, len(sentence) - 1):
+                    word = next(
+                        (
+                            sentence[pos : pos + k]
+                            for k in range(longest, 1, -1)
+                            if sentence[pos : pos + k] in known
+                        ),
+                        None,
+                    )
+                    if word:
+                        found.append((sentence[:pos], word))
+    rng = np.random.default_rng([seed, 7, sorted(LANGUAGES).index(language)])
+    by_length: dict[int, set[str]] = {}
+    for word in known:
+        by_length.setdefault(len(word) - len(word) // 2, set()).add(word[len(word) // 2 :])
+    endings = {n: sorted(e) for n, e in by_length.items()}
+    items: list[tuple] = []
+    for i in rng.permutation(len(found)):
+        context, word = found[i]
+        half = len(word) // 2
+        right = word[half:]
+        pool = [e for e in endings[len(right)] if e != right]
+        if len(pool) < 3:
+            continue
+        others = [pool[j] for j in rng.choice(len(pool), 3, replace=False)]
+        answer = len(items) % 4
+        items.append((context + word[:half], (*others[:answer], right, *others[answer:]), answer))
+        if len(items) == n:
+            break
+    return items
+
+
+def _pool(data: Path, lang: str) -> Path:
+    return data / "evalsets" / wordcomp.file_name(lang)
+
+
+@pytest.mark.parametrize("lang", sorted(SMALL["mixture"]))
+def test_pool_holds_the_items_the_probe_built(small_data, lang):
+    items = wordcomp.load_items(_pool(small_data, lang))
+    want = probe_time_items(small_data, lang, POOL, SMALL["seed"])
+    assert len(items) == len(want) == POOL
+    for got, (question, choices, answer) in zip(items, want, strict=True):
+        assert (got["question"], tuple(got["choices"]), got["answer"]) == (question, choices, answer)
+    # the first n of the pool are the n items a probe asking for n drew
+    assert [(i["question"], tuple(i["choices"]), i["answer"]) for i in items[:12]] == probe_time_items(
+        small_data, lang, 12, SMALL["seed"]
+    )
+
+
+def test_file_shape(small_data):
+    lines = _pool(small_data, "ja").read_text(encoding="utf-8").split("\n")
+    assert lines[-1] == "" and len(lines) == POOL + 1
+    for i, line in enumerate(lines[:-1]):
+        item = json.loads(line)
+        assert list(item) == list(wordcomp.FIELDS)
+        assert item["id"] == f"wordcomp_ja-{i}" and item["task"] == "wordcomp_ja" and item["language"] == "ja"
+        assert len(item["choices"]) == len(set(item["choices"])) == 4 and item["answer"] == i % 4
+        assert len({len(c) for c in item["choices"]}) == 1
+        assert item["continuation"] is True and item["delimiter"] == ""
+
+
+def test_pool_size_bounds_the_items(small_data):
+    docs = list(read_documents(small_data / "corpus" / "ko" / "val.jsonl"))
+    few = wordcomp.build_items(docs, "ko", 5, SMALL["seed"])
+    assert few == wordcomp.load_items(_pool(small_data, "ko"))[:5]
+    assert wordcomp.build_items(docs, "ko", 5, SMALL["seed"] + 1) != few
+
+
+def test_older_data_folder_gains_the_pool_without_new_shards(small_data, tmp_path, capsys):
+    """A folder prepared before the pool existed: same hashes, no pool files."""
+    data = tmp_path / "data"
+    shutil.copytree(small_data, data)
+    for lang in SMALL["mixture"]:
+        _pool(data, lang).unlink()
+    prepare(small_data.parent / "small.yaml", data)
+    out = capsys.readouterr().out
+    assert all(f"[{s}] up to date" in out for s in ("corpus", "tokenizer", "shards", "snapshot"))
+    assert "[evalsets] done" in out
+    for lang in SMALL["mixture"]:  # the same bytes as the first prepare wrote
+        assert _pool(data, lang).read_bytes() == _pool(small_data, lang).read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", r"x\.jsonl:2: not valid JSON"),
+        ('["a list"]', r"x\.jsonl:2: expected an object"),
+        ('{"question": "q"}', r"x\.jsonl:2: missing id, task, language, choices, answer"),
+        ({"answer": 7}, r"x\.jsonl:2: 'answer' must index 'choices', got 7"),
+        ({"choices": "abcd"}, r"x\.jsonl:2: 'choices' must be a list of at least two texts"),
+        ({"language": "xx"}, r"x\.jsonl:2: unknown language 'xx'"),
+        ({"continuation": 1}, r"x\.jsonl:2: 'continuation' must be bool, got 1"),
+    ],
+)
+def test_malformed_line_names_file_and_line(small_data, tmp_path, line, message):
+    good = _pool(small_data, "en").read_text(encoding="utf-8").split("\n")[0]
+    if isinstance(line, dict):  # a good item with one field spoilt
+        line = json.dumps({**json.loads(good), **line})
+    path = tmp_path / "x.jsonl"
+    path.write_text(f"{good}\n{line}\n{good}\n", encoding="utf-8")
+    with pytest.raises(BytecanaryError, match=message) as info:
+        wordcomp.load_items(path)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_pool_says_to_prepare(tmp_path):
+    with pytest.raises(BytecanaryError, match=r"mcqa_wordcomp_en\.jsonl: .*run `bytecanary prepare`"):
+        wordcomp.load_items(tmp_path / "evalsets" / wordcomp.file_name("en"))

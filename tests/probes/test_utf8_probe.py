@@ -1,0 +1,56 @@
+"""The UTF-8 probe base: every metric equals a one-sample-at-a-time reference, sharding,
+per-sample records, and Level 0 / Level 1 as siblings."""
+
+import json
+
+import pytest
+
+from probes import get_probe
+from probes.level0 import Level0Probe
+from probes.level1 import Level1Probe
+from probes.reference import reference_metrics
+from probes.utf8_probe import Utf8Probe
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_every_metric_equals_the_per_sample_reference(random_model, byte_fallback_tokenizer, eval_dir, level):
+    probe = get_probe(f"level{level}", trial=False, batch_size=5)
+    prep = probe.prepare(byte_fallback_tokenizer, eval_dir)
+    got = probe.aggregate(prep, [probe.compute(random_model, byte_fallback_tokenizer, prep)])
+    want = reference_metrics(random_model, prep, level)
+    assert got.keys() == want.keys()
+    for key in want:
+        assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-5), key
+
+
+def test_sharded_compute_equals_single_process(random_model, byte_fallback_tokenizer, eval_dir):
+    probe = get_probe("level0", trial=False, batch_size=4)
+    prep = probe.prepare(byte_fallback_tokenizer, eval_dir)
+    single = probe.aggregate(prep, [probe.compute(random_model, byte_fallback_tokenizer, prep)])
+    shards = [probe.compute(random_model, byte_fallback_tokenizer, prep, rank=r, world=3) for r in range(3)]
+    assert probe.aggregate(prep, shards) == single
+
+
+def test_per_sample_records_stream_to_jsonl(random_model, byte_fallback_tokenizer, eval_dir, tmp_path):
+    out = tmp_path / "samples.jsonl"
+    probe = get_probe("level0", trial=False, records=str(out))
+    prep = probe.prepare(byte_fallback_tokenizer, eval_dir)
+    metrics = probe.aggregate(prep, [probe.compute(random_model, byte_fallback_tokenizer, prep)])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == metrics["probe/level0/all/all/n"]
+    row = next(r for r in rows if r["char"] == "𫝀" and r["k"] == 2)
+    assert row["prompt_bytes"] == " \xf0\xab".encode("latin-1").hex() and row["remainder"] == "9d80"
+    assert len(row["partial"]) == 5 and row["delta_ll"] is not None
+
+
+def test_level0_and_level1_are_siblings_and_only_level1_reports_term_match():
+    assert issubclass(Level0Probe, Utf8Probe) and issubclass(Level1Probe, Utf8Probe)
+    assert not issubclass(Level1Probe, Level0Probe)
+    assert Level1Probe.term_match and not Level0Probe.term_match
+
+
+def test_an_unknown_prefix_is_refused():
+    from bytecanary.errors import BytecanaryError
+
+    with pytest.raises(BytecanaryError, match="probes: level1: prefix must be eos, bos or none"):
+        get_probe("level1", prefix="space")

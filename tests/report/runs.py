@@ -1,0 +1,92 @@
+"""Fabricated run directories whose answers are known: perplexity converges at 1e5 tokens,
+Level 0 validity at 2e5, and the MCQA numbers are seeded draws."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from bytecanary.data.evalsets import TIERS
+from bytecanary.data.languages import LANGUAGES
+
+TOKENS = [20_000 * k for k in range(1, 21)]  # 2e4 .. 4e5
+PPL_AT, VALIDITY_AT = 100_000, 200_000
+TASKS = [f"{kind}_{lang}" for kind in ("wordcomp", "nonsenseqa") for lang in LANGUAGES]
+FAMILIES = ("plain", "json", "structured", "structured_delim", "deliberate")
+
+
+def ppl(t: int) -> float:
+    return 20.0 if t >= PPL_AT else 20.0 + 3000.0 / (t / 20_000)
+
+
+def validity(t: int, top: float) -> float:
+    return top if t >= VALIDITY_AT else top * t / (VALIDITY_AT + 20_000)
+
+
+def level0(t: int) -> dict[str, float]:
+    m = {}
+    for lang in ("all", *LANGUAGES):
+        m[f"probe/level0/{lang}/all/partial"] = validity(t, 0.9)
+        m[f"probe/level0/{lang}/all/strict"] = validity(t, 0.6)
+        for i, tier in enumerate(TIERS):
+            m[f"probe/level0/{lang}/{tier}/partial"] = validity(t, 0.95 - 0.1 * i) if lang != "all" else 0.0
+    return m
+
+
+def mcqa(t: int, rng: np.random.Generator) -> dict[str, float]:
+    m = {}
+    for task in TASKS:
+        p = f"probe/mcqa/{task}"
+        for protocol in ("letter_separate", "letter_merged", "cloze", "dashed"):
+            m[f"{p}/{protocol}/acc"] = float(rng.choice([0.25, 0.5, 0.75]))  # ties on purpose
+        for family in FAMILIES:
+            parsable = float(rng.uniform())
+            m[f"{p}/wrapper_{family}/parsable"] = parsable
+            m[f"{p}/wrapper_{family}/acc"] = float(0.5 * parsable + rng.normal(scale=0.05))
+        m |= {f"{p}/fsi": 0.1 + t / 4e6, f"{p}/psi": 0.2, f"{p}/n": 32}
+    m["probe/mcqa/all/fsi"] = 0.5  # the probe's own average: not a task
+    return m
+
+
+def record(t: int, probe: str, metrics: dict, status: str = "ok") -> dict:
+    return {
+        "checkpoint": f"/runs/x/checkpoints/step{t // 4096:07d}.ckpt",
+        "step": t // 4096,
+        "tokens_seen": t,
+        "probe": probe,
+        "status": status,
+        "error": None if status == "ok" else "RuntimeError: boom",
+        "seconds": 1.0,
+        "metrics": metrics,
+    }
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def make_run(root: Path, probes: bool = True) -> Path:
+    run = root / "run"
+    run.mkdir()
+    metrics = []
+    for t in TOKENS:
+        metrics.append({"step": t // 4096, "train/loss": 3.0, "tokens_seen": t})
+        metrics.append({"step": t // 4096, "val/loss": math.log(ppl(t)), "val/ppl": ppl(t), "tokens_seen": t})
+    write_jsonl(run / "metrics.jsonl", metrics)
+    if probes:
+        rng = np.random.default_rng(0)
+        rows = [record(t, "level0", level0(t)) for t in TOKENS]
+        rows += [record(t, "mcqa", mcqa(t, rng)) for t in TOKENS]
+        rows.append(record(TOKENS[-1], "level0", {"probe/level0/all/all/partial": 0.0}, status="failed"))
+        write_jsonl(run / "probes.jsonl", rows)
+    (run / "config.yaml").write_text(
+        "data: {data_dir: data/default}\nrun: {name: run, wandb_project: bytecanary}\n"
+        "probes:\n- {name: level0, trial: true}\n- {name: mcqa, trial: true}\n",
+        encoding="utf-8",
+    )
+    return run
+
+
+def is_png(path: Path) -> bool:
+    return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000

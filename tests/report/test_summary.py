@@ -1,0 +1,115 @@
+"""The probe tables printed by ``bytecanary probe`` and ``demo``, on fabricated records."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from bytecanary.report import analysis
+from bytecanary.report.summary import add_mcqa_series, summary
+
+from .runs import write_jsonl
+
+
+def _record(step: int, probe: str, metrics: dict, status: str = "ok") -> dict:
+    return {"checkpoint": f"/r/checkpoints/step{step:07d}.ckpt", "step": step, "tokens_seen": step * 4096,
+            "probe": probe, "status": status, "error": None, "seconds": 1.0, "metrics": metrics}  # fmt: skip
+
+
+def _level0(step: int) -> dict:
+    m = {
+        "probe/level0/all/all/partial": 0.5 + 0.1 * step,
+        "probe/level0/all/all/strict": 0.25,
+        "probe/level0/all/all/gold_win_rate": 1.0,
+        "probe/level0/all/all/ppl": 1234.5678,
+        "probe/level0/ja/all/partial": 0.8,
+        "probe/level0/en/all/partial": 0.9,
+        "probe/level0/en/all/strict": 0.1,  # not a column: the language columns hold V partial
+    }
+    return m | {f"probe/level0/en/{tier}/partial": 0.1 * i for i, tier in enumerate(("common", "rare"), 1)}
+
+
+def _mcqa(step: int, sep: float, merged: float) -> dict:
+    return {
+        "probe/mcqa/wordcomp_en/letter_separate/acc": sep,
+        "probe/mcqa/wordcomp_ja/letter_separate/acc": sep + 0.1,
+        "probe/mcqa/wordcomp_en/letter_merged/acc": merged,
+        "probe/mcqa/nonsenseqa_en/dashed/acc": 0.5,
+        "probe/mcqa/nonsenseqa_en/letter_separate/acc": 0.125,
+        "probe/mcqa/wordcomp_en/cloze/acc_norm": 0.9,  # not cloze/acc
+        "probe/mcqa/all/fsi": 0.1 * step,
+    }
+
+
+@pytest.fixture
+def records(tmp_path) -> Path:
+    rows = [_record(1, "level0", _level0(1)), _record(2, "level0", _level0(2))]
+    rows.append(_record(2, "level0", {"probe/level0/all/all/partial": 0.0}, status="failed"))
+    rows.append(_record(2, "level1", {"probe/level1/all/term_match": 0.0, "probe/level1/all/partial": 0.963,
+                                      "probe/level1/zh/term_match": 0.5}))  # fmt: skip
+    for step, (sep, merged) in enumerate([(0.2, 0.3), (0.5, 0.9), (0.7, 0.4)], start=1):
+        rows.append(_record(step, "mcqa", _mcqa(step, sep, merged)))
+    write_jsonl(tmp_path / "probes.jsonl", rows)
+    return tmp_path / "probes.jsonl"
+
+
+def _row(text: str, title: str, name: str) -> list[str]:
+    """The cells of the row ``name`` in the block under ``title``."""
+    block = text.split(title, 1)[1].split("\n\n", 1)[0]
+    return next(line for line in block.splitlines() if line.startswith(name)).split()
+
+
+def test_level0_table_has_headline_language_and_tier_columns(records):
+    text = summary(records)
+    head = f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(
+        f"{n:>11}" for n in ("partial", "strict", "gold win", "ppl", "en", "ja")
+    )
+    assert text.startswith("Level 0 (context-free validity)\n" + head + "\n")
+    assert _row(text, "Level 0", "step0000001.ckpt") == ["step0000001.ckpt", "1", "4,096", "0.600", "0.250",
+                                                          "1.000", "1234.568", "0.900", "0.800"]  # fmt: skip
+    assert _row(text, "Level 0", "step0000002.ckpt")[3] == "0.700"  # the failed record is ignored
+    tiers = ["common", "uncommon", "rare", "unseen", "unseen_3b"]
+    assert _row(text, "Level 0", "partial by tier, step 2")[-5:] == tiers
+    assert _row(text, "partial by tier", "en") == ["en", "0.100", "-", "0.200", "-", "-"]
+
+
+def test_level1_table_only_has_the_languages_it_probed(records):
+    text = summary(records)
+    assert "term match    partial   gold win         zh\n" in text
+    row = _row(text, "Level 1", "step0000002.ckpt")
+    assert row == ["step0000002.ckpt", "2", "8,192", "0.000", "0.963", "-", "0.500"]
+
+
+def test_mcqa_table_averages_each_task_group_and_adds_the_series_line(records):
+    text = summary(records)
+    row = _row(text, "MCQA (accuracy, mean over tasks)", "step0000003.ckpt")
+    # word sep: mean(0.7, 0.8); word mrg; word cloze (acc_norm is another metric); word M&D;
+    # nons sep; nons M&D; FSI; PSI
+    assert row[3:] == ["0.750", "0.400", "-", "-", "0.125", "0.500", "0.300", "-"]
+    # wordcomp_ja and nonsenseqa_en have no merged accuracy: no tau for them
+    assert "Kendall tau (separate vs merged ranking) wordcomp_en +0.33\n" in text
+    assert "accuracy vs parsability over wrapper cells: Pearson r nan, beta nan +- nan" in text
+
+
+def test_no_records_no_tables(tmp_path):
+    assert summary(tmp_path / "missing.jsonl") == ""
+
+
+class _Run:
+    def __init__(self):
+        self.summary: dict[str, float] = {}
+
+
+def test_the_finish_hook_puts_the_series_into_the_wandb_summary(records):
+    run = _Run()
+    add_mcqa_series(records, run)
+    mcqa = [r for r in map(json.loads, records.read_text().splitlines()) if r["probe"] == "mcqa"]
+    want = analysis.mcqa_series(mcqa)
+    assert run.summary.keys() == want.keys() and run.summary["probe/mcqa/all/cells"] == 0
+    assert run.summary["probe/mcqa/wordcomp_en/kendall_tau_sep_merged"] == pytest.approx(1 / 3)
+    assert math.isnan(run.summary["probe/mcqa/all/parsability_beta"])
+    one = records.parent / "one.jsonl"
+    write_jsonl(one, mcqa[:1])
+    add_mcqa_series(one, run := _Run())
+    assert run.summary == {}  # one checkpoint: no statistic across checkpoints

@@ -1,0 +1,135 @@
+"""``bytecanary report``: the report folder, ``report.md``'s tables and commands, W&B, and
+what happens when the inputs are bad."""
+
+import shutil
+
+import pytest
+
+from bytecanary.cli import main
+from bytecanary.errors import BytecanaryError
+from bytecanary.io import read_jsonl
+from bytecanary.report import figures
+from bytecanary.report.tables import Column
+from bytecanary.report.writer import report_summary, write_report
+
+from .runs import is_png, make_run
+
+
+def test_report_writes_valid_pngs(reported):
+    out = reported[0] / "report"
+    assert sorted(p.name for p in out.iterdir()) == ["convergence.png", "mcqa.png", "report.md", "tiers.png"]
+    assert all(is_png(out / f"{name}.png") for name in ("convergence", "tiers", "mcqa"))
+
+
+def test_report_md_holds_the_tables_and_commands(reported):
+    run = reported[0]
+    md = (run / "report" / "report.md").read_text(encoding="utf-8")
+    assert "converges after 2.00x the tokens of perplexity (200,000 vs 100,000 tokens seen)" in md
+    assert "within 5% of its plateau (the mean of its last 10% of points)" in md
+    for title in (
+        "per checkpoint",
+        "Convergence points",
+        "by tier, zh",
+        "MCQA accuracy",
+        "FSI and PSI",
+        "MCQA by task",
+    ):
+        assert title in md
+    assert "| 100,000 | 24 | 20.0 |" in md  # the per-checkpoint table, perplexity merged in
+    assert "| val/ppl | 20 | 100,000 | 1.00 |" in md
+    assert "| probe/level0/all/all/partial | 20 | 200,000 | 2.00 |" in md
+    assert f"bytecanary train --config {run}/config.yaml --run.name=run-rerun" in md
+    assert f"bytecanary probe {run}/checkpoints --config {run}/config.yaml --out {run}/probes.jsonl" in md
+    assert f"bytecanary report {run}" in md
+    assert "| probe/mcqa/wordcomp_en/kendall_tau_sep_merged |" in md
+
+
+def test_headers_say_which_way_is_better(reported):
+    md = (reported[0] / "report" / "report.md").read_text(encoding="utf-8")
+    assert "| tokens seen | step | val ppl ↓ | V partial all ↑ |" in md
+    assert "| tokens seen | step | wordcomp letter, separate ↑ |" in md
+    assert "| task | letter sep acc ↑ | letter merged acc ↑ | cloze acc ↑ | M&D acc ↑ | fsi ↓ | psi ↓" in md
+    # a count, a p-value and a CI bound have no direction
+    for key in ("probe/mcqa/<task>/n", "probe/mcqa/<task>/mcnemar_p", "probe/mcqa/<task>/fsi_lo"):
+        assert Column("x", ".3f", key).header == "x"
+
+
+def test_cli_prints_the_summary_and_path(reported):
+    run, stdout = reported
+    assert stdout == report_summary(run) + "\n"
+    assert "100,000" in stdout and "200,000" in stdout and "2.00x" in stdout
+    assert str(run / "report" / "report.md") in stdout
+
+
+def test_perplexity_only_run(tmp_path):
+    run = make_run(tmp_path, probes=False)
+    out = write_report(run, wandb=False)
+    assert is_png(out / "convergence.png")
+    assert (out / "tiers.png").stat().st_size > 0 and (out / "mcqa.png").stat().st_size > 0
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "No validity/perplexity ratio" in md and "## MCQA" not in md
+    assert "validity/perplexity tokens: n/a" in report_summary(run)
+
+
+def test_malformed_line_names_file_and_line(tmp_path, capsys):
+    run = make_run(tmp_path)
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines[2] = lines[2][:-5]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(BytecanaryError, match=r"metrics\.jsonl:3: not valid JSON"):
+        write_report(run, wandb=False)
+    assert main(["report", str(run), "--no-wandb"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "metrics.jsonl:3" in err and len(err.strip().splitlines()) == 1
+    assert not (run / "report").exists()
+
+
+def test_unterminated_last_line_is_a_write_in_flight(tmp_path):
+    path = tmp_path / "probes.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2}\n{"a": ', encoding="utf-8")
+    assert read_jsonl(path) == [{"a": 1}, {"a": 2}]
+    path.write_text('{"a": 1}\n[1]\n', encoding="utf-8")
+    with pytest.raises(BytecanaryError, match=r"probes\.jsonl:2: expected a JSON object"):
+        read_jsonl(path)
+
+
+def test_missing_metrics_is_one_error_naming_the_path(tmp_path):
+    with pytest.raises(BytecanaryError, match=r"metrics\.jsonl: no such file"):
+        write_report(tmp_path, wandb=False)
+
+
+def test_failed_write_keeps_the_previous_report_whole(reported, tmp_path, monkeypatch):
+    run = shutil.copytree(reported[0], tmp_path / "run")
+    before = {p.name: p.read_bytes() for p in (run / "report").iterdir()}
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(figures, "plot_tiers", boom)  # after convergence.png is written
+    with pytest.raises(RuntimeError, match="disk full"):
+        write_report(run, wandb=False)
+    assert {p.name: p.read_bytes() for p in (run / "report").iterdir()} == before
+    assert [p.name for p in run.iterdir() if p.name.startswith(".report")] == []
+    shutil.rmtree(run / "report")
+    with pytest.raises(RuntimeError):
+        write_report(run, wandb=False)
+    assert not (run / "report").exists()
+
+
+def test_report_logs_figures_to_the_runs_offline_wandb_run(tmp_path, monkeypatch):
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run = make_run(tmp_path)
+    wandb.init(project="bytecanary", id="feedbeef", dir=str(run), mode="offline", settings={"silent": True})
+    wandb.finish()
+    wandb.teardown()
+    write_report(run)  # default: W&B on, since run/wandb holds a run
+    newest = max((run / "wandb").glob("offline-run-*-feedbeef"))
+    images = {p.name.split("_")[0] for p in (newest / "files" / "media" / "images" / "report").glob("*.png")}
+    assert images == {"convergence", "tiers", "mcqa"}
+    tables = {
+        p.name.split("_")[0]
+        for p in (newest / "files" / "media" / "table" / "report" / "table").glob("*.json")
+    }
+    assert {"convergence", "mcqa"} <= tables

@@ -1,0 +1,61 @@
+"""Every YAML preset in configs/ parses, its probes included, and a wrong probe parameter
+is one line naming the file, the probe and the parameter before anything is trained."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bytecanary.cli import main
+from bytecanary.config import load_config
+from bytecanary.data.config import DataConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINING = sorted((ROOT / "configs").glob("*.yaml"))
+DATA = sorted((ROOT / "configs" / "data").glob("*.yaml"))
+
+
+def parse_only(args: list[str]):
+    """The training CLI up to (not including) instantiating model, data and trainer."""
+    from train.cli import BytecanaryCLI, make_cli
+
+    class ParseOnly(BytecanaryCLI):
+        def instantiate_classes(self) -> None:
+            pass
+
+    return make_cli(args, ParseOnly)
+
+
+@pytest.mark.parametrize("path", TRAINING, ids=lambda p: p.name)
+def test_training_config_parses_with_its_probes(path):
+    cli = parse_only(["--config", str(path)])
+    declared = [p["name"] for p in yaml.safe_load(path.read_text()).get("probes") or []]
+    built = [p.name for p in cli.probe_callback.probes] if cli.probe_callback else []
+    assert built == declared
+    assert cli.config["model"]["arch"]["n_positions"] == cli.config["data"]["seq_len"]
+
+
+@pytest.mark.parametrize("path", DATA, ids=lambda p: p.name)
+def test_data_config_parses(path):
+    cfg = load_config(DataConfig, path)
+    assert cfg.sources
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ({"name": "level0", "per_langauge": 8}, "per_langauge"),
+        ({"name": "level0", "per_language": "many"}, "per_language"),
+        ({"name": "mcqa", "protocols": "cloze", "seeds": 1}, "protocols"),
+        ({"name": "levle1"}, "level1"),
+    ],
+)
+def test_wrong_probe_parameter_is_one_line_before_training(tmp_path, capsys, entry, expected):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"run": {"root": str(tmp_path / "runs"), "name": "x"}, "probes": [entry]}))
+    code = main(["train", "--config", str(ROOT / "configs" / "tiny.yaml"), "--config", str(bad)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert str(bad) in err and expected in err and entry["name"][:4] in err
+    assert not (tmp_path / "runs").exists()  # nothing written, nothing trained
