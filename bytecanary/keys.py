@@ -289,3 +289,30 @@ def headline_view(metrics: dict[str, float]) -> dict[str, float]:
                 sums.setdefault(mcqa_group(group, p[3], p[4]), []).append(value)
     out.update({k: sum(v) / len(v) for k, v in sums.items() if is_headline(k)})
     return out
+
+
+# ---- the detail grid: every other key as a table row ------------------------------------------
+
+DETAIL_COLUMNS = {
+    "level0": ("language", "tier", "k"),
+    "level1": ("language", "k"),
+    "mcqa": ("task", "protocol"),
+}
+
+
+def detail_columns(probe: str) -> tuple[str, ...]:
+    """The fields a probe's keys carry between ``probe/<name>/`` and the metric."""
+    return DETAIL_COLUMNS.get(probe, ("group",))
+
+
+def detail_fields(key: str) -> tuple[str, ...]:
+    """(fields..., metric) of a probe key, ``all`` where a key aggregates over a field:
+    ``probe/level0/ja/rare/k1/strict`` -> ("ja", "rare", "k1", "strict")."""
+    p = key.split("/")
+    probe, inner, name = p[1], p[2:-1], p[-1]
+    width = len(detail_columns(probe))
+    if probe not in DETAIL_COLUMNS:
+        return ("/".join(inner), name)
+    if probe == "mcqa" and len(inner) == 1:  # across protocols: probe/mcqa/<task>/<metric>
+        inner = [inner[0], "all"]
+    return (*inner, *(["all"] * (width - len(inner))), name)

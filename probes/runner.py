@@ -223,7 +223,7 @@ def probe_targets(
                     for k, v in (("tokens_seen", loaded.tokens_seen), ("step", loaded.step))
                     if v is not None
                 }
-                wandb_run.log({**record["metrics"], **extra})
+                wandb_run.log({**record["metrics"], **extra}, checkpoint=target.key)
             bar.update(1)
         del loaded
     bar.close()
@@ -244,7 +244,7 @@ def watch(folder: Path, interval: float) -> Iterator[list[Target]]:
 def _start_wandb(project: str, out: Path, config: dict[str, Any]) -> Any:
     import wandb
 
-    from bytecanary.tracking import define_tokens_seen_axis, wandb_mode
+    from bytecanary.tracking import ViewedRun, define_tokens_seen_axis, wandb_mode
 
     out.parent.mkdir(parents=True, exist_ok=True)
     wandb_run = wandb.init(
@@ -256,7 +256,7 @@ def _start_wandb(project: str, out: Path, config: dict[str, Any]) -> Any:
         settings={"silent": True},
     )
     define_tokens_seen_axis(wandb_run)
-    return wandb_run
+    return ViewedRun(wandb_run)
 
 
 def run(

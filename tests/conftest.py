@@ -1,6 +1,7 @@
 """Shared fixtures: tiny tokenizers of every family and a small prepared data folder
 (built in-process in seconds; nothing downloads)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -165,3 +166,17 @@ def run_train(config: Path, *args: str, env: dict | None = None) -> subprocess.C
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
+
+
+def wandb_records(run_dir: Path, kind: str) -> list[dict]:
+    """Records of an offline W&B run, read back with W&B's own log inspector."""
+    wandb_bin = Path(sys.executable).parent / "wandb"
+    out = subprocess.run(
+        [str(wandb_bin), "leet", "inspect", "--json", str(run_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return [r[kind] for r in records if r.get("type") == kind]

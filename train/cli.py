@@ -20,7 +20,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_path
-from bytecanary.tracking import DEFAULT_PROJECT, define_tokens_seen_axis, finish_wandb
+from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis, finish_wandb
 from probes.callback import ProbeCallback
 from train.checkpointing import AtomicCheckpointIO, ScheduledCheckpoint
 from train.datamodule import ShardDataModule
@@ -40,6 +40,9 @@ class RunConfig:
     wandb_project: str = DEFAULT_PROJECT
     wandb: bool = True
     """Log to W&B (offline without an API key); metrics.jsonl is always written."""
+    wandb_detail: Detail = "tables"
+    """W&B gets the headline metrics as charts and the probes' fine grid as tables
+    (``tables``), or every probe key as its own chart (``scalars``)."""
     checkpoint_every: int = 100
     """Save a checkpoint every this many optimizer steps."""
     log_spaced_until: int | None = 512
@@ -95,7 +98,9 @@ class BytecanaryCLI(LightningCLI):
         run = self.run_config()
         loggers: list = [JsonlLogger(run.dir / "metrics.jsonl")]
         if run.wandb:
-            loggers.append(make_wandb_logger(run.dir, run.name, run.wandb_project, run.experiment))
+            loggers.append(
+                make_wandb_logger(run.dir, run.name, run.wandb_project, run.experiment, run.wandb_detail)
+            )
         callbacks = list(self.config_init["trainer"].get("callbacks") or [])
         callbacks.append(
             ScheduledCheckpoint(run.dir / "checkpoints", run.checkpoint_every, run.log_spaced_until)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from bytecanary.io import atomic_path, read_jsonl
-from bytecanary.tracking import wandb_mode
+from bytecanary.tracking import Detail, WandbView, wandb_mode
 
 
 class JsonlLogger(Logger):
@@ -90,7 +91,22 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return read_jsonl(path)
 
 
-def make_wandb_logger(run_dir: Path, name: str, project: str, group: str | None) -> WandbLogger:
+class HeadlineWandbLogger(WandbLogger):
+    """Lightning's W&B logger, logging each dict through a ``WandbView``: headline scalars
+    against ``tokens_seen``, the probes' fine grid as detail tables."""
+
+    def __init__(self, *args: Any, detail: Detail = "tables", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.view = WandbView(detail)
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        super().log_metrics(self.view.payload(self.experiment, dict(metrics), step), step)
+
+
+def make_wandb_logger(
+    run_dir: Path, name: str, project: str, group: str | None, detail: Detail = "tables"
+) -> WandbLogger:
     """A W&B logger writing under ``run_dir/wandb``; the run id is kept in ``run_dir``
     so a resumed run continues the same W&B run."""
     id_file = run_dir / "wandb_id"
@@ -101,7 +117,8 @@ def make_wandb_logger(run_dir: Path, name: str, project: str, group: str | None)
         run_dir.mkdir(parents=True, exist_ok=True)
         id_file.write_text(run_id + "\n")
     mode = wandb_mode()
-    return WandbLogger(
+    return HeadlineWandbLogger(
+        detail=detail,
         save_dir=str(run_dir),
         name=name,
         project=project,

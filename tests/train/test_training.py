@@ -3,7 +3,6 @@
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ from train.checkpointing import export, log_spaced_steps
 from train.loggers import read_metrics
 from train.model import ArchConfig, build_model, count_parameters
 
-from ..conftest import run_train, train_cmd
+from ..conftest import run_train, train_cmd, wandb_records
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,26 +109,12 @@ def test_wandb_offline_run_holds_the_curves(micro, tmp_path):
     assert axis.get("val/*") == "tokens_seen" and axis.get("train/*") == "tokens_seen"
 
 
-def _wandb_records(run_dir: Path, kind: str) -> list[dict]:
-    """Records of an offline run, read back with W&B's own log inspector."""
-    wandb_bin = Path(sys.executable).parent / "wandb"
-    out = subprocess.run(
-        [str(wandb_bin), "leet", "inspect", "--json", str(run_dir)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    return [r[kind] for r in records if r.get("type") == kind]
-
-
 def _wandb_history(run_dir: Path) -> list[dict]:
-    return [h["item"] for h in _wandb_records(run_dir, "history")]
+    return [h["item"] for h in wandb_records(run_dir, "history")]
 
 
 def _wandb_defined_metrics(run_dir: Path) -> dict[str, str]:
-    metrics = _wandb_records(run_dir, "metric")
+    metrics = wandb_records(run_dir, "metric")
     return {m["glob_name"]: m.get("step_metric") for m in metrics if "glob_name" in m}
 
 
