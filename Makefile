@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 TORCH_INDEX_URL ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint format clean
+.PHONY: venv demo test test-slow lint format clean
 
 venv: $(STAMP)
 
@@ -28,7 +28,11 @@ demo: $(STAMP)
 	$(VENV)/bin/bytecanary demo
 
 test: $(STAMP) lint
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not compile"
+
+# the 355M torch.compile step on CPU (about 100 s of inductor compilation); CI runs it too
+test-slow: $(STAMP)
+	$(PY) -m pytest -m compile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

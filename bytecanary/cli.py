@@ -13,6 +13,8 @@ is the face of the project: the only code that imports ``train`` and the report 
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import sys
 import typing
 from collections.abc import Callable, Sequence
@@ -29,7 +31,7 @@ DESCRIPTION = (
 )
 
 
-def prepare(*, config: str, out: str | None = None) -> int:
+def prepare(*, config: str, out: str | None = None, verify: bool = False) -> int:
     """Corpus -> tokenizer -> token shards -> character snapshot -> eval sets.
 
     Every stage is skipped when its output matches its inputs, so a rerun is a no-op.
@@ -37,10 +39,11 @@ def prepare(*, config: str, out: str | None = None) -> int:
     Args:
         config: data config, e.g. configs/data/default.yaml
         out: output folder (unset: data/<config name>)
+        verify: also check every token shard against the hash in shards/index.json
     """
     from bytecanary.data.prepare import prepare as prepare_data
 
-    prepare_data(config, out)
+    prepare_data(config, out, verify=verify)
     return 0
 
 
@@ -210,7 +213,30 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
+def describe(err: BaseException) -> str:
+    """One line naming the path and the cause."""
+    if isinstance(err, OSError) and err.filename is not None:
+        target = f" -> {err.filename2}" if err.filename2 is not None else ""
+        text = f"{err.filename}{target}: {err.strerror or err}"
+    elif isinstance(err, json.JSONDecodeError):
+        text = f"not valid JSON: {err.msg} (line {err.lineno}, column {err.colno})"
+    else:
+        text = str(err) or type(err).__name__
+    return " ".join(text.split())
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """What a user can cause and fix: our errors, the file system (disk full, file too large,
+    a file where a folder should be, permissions), an unreadable weights file, bad JSON/YAML."""
+    import yaml
+    from safetensors import SafetensorError
+
+    return (BytecanaryError, OSError, SafetensorError, json.JSONDecodeError, yaml.YAMLError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a subcommand. Every error a user can fix is one ``error:`` line on stderr and exit
+    code 2; ``BYTECANARY_DEBUG=1`` shows the traceback instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:  # LightningCLI parses its own arguments
         command, kwargs = train, {"args": argv[1:]}
@@ -223,12 +249,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         command, kwargs = COMMANDS[args.command], args[args.command].as_dict()
     try:
         return command(**kwargs)
-    except BytecanaryError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except _user_errors() as err:
+        if os.environ.get("BYTECANARY_DEBUG", "0") not in ("", "0"):
+            raise
+        print(f"error: {describe(err)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""``bytecanary demo``: the embedded default, end to end, on 2 CPU cores.
+"""``bytecanary demo``: the default, end to end, on 2 CPU cores.
 
-Prepares the default data (wordfreq corpus, 8K byte-fallback tokenizer, shards, eval
-sets), trains the tiny GPT-2 with checkpoints on a log-spaced + regular schedule, fires
-the Level 0, Level 1 and MCQA probes at every checkpoint, logs to an offline W&B run,
-writes the convergence report (``bytecanary report``), then prints perplexity, the probe
-tables and where the report and the W&B run are. A rerun continues the same run (or only
-reports, when it is complete). Its defaults live in ``bytecanary.cli.demo``.
+Prepares the default data (LibreOffice's help pages from Debian, or, where apt cannot
+fetch them, the synthetic wordfreq corpus; 8K byte-fallback tokenizer, shards, eval sets),
+trains the tiny GPT-2 with checkpoints on a log-spaced + regular schedule, fires the
+Level 0, Level 1 and MCQA probes at every checkpoint, logs to an offline W&B run, writes
+the convergence report (``bytecanary report``), then prints perplexity, the probe tables,
+the corpus it trained on, what converged and where the report and the W&B run are. A
+rerun continues the same run (or only reports, when it is complete). Its defaults live
+in ``bytecanary.cli.demo``.
 """
 
 from __future__ import annotations
@@ -13,18 +15,47 @@ from __future__ import annotations
 from pathlib import Path
 
 from bytecanary import keys
+from bytecanary.config import load_config
+from bytecanary.data.config import DataConfig
+from bytecanary.data.corpus import source_name
+from bytecanary.data.debian import unpacked
 from bytecanary.data.prepare import prepare
+from bytecanary.errors import BytecanaryError
 from bytecanary.report.summary import summary
 from bytecanary.report.writer import report_summary, write_report
-from train.cli import latest_checkpoint
-from train.cli import main as train_main
-from train.loggers import read_metrics
+
+SYNTHETIC = "configs/data/synthetic.yaml"  # needs neither apt nor the network
+
+
+def corpus_config(data_config: str) -> str:
+    """``data_config``, or the synthetic corpus when its Debian packages cannot be had here
+    (no apt, empty package lists, no network), said on one line: the demo runs anywhere."""
+    cfg = load_config(DataConfig, data_config)
+    try:
+        for i, src in enumerate(cfg.sources):
+            for package in src.debian.packages if src.debian else []:
+                unpacked(package, src.debian, f"sources[{i}] ({src.language})")
+    except BytecanaryError as err:
+        print(f"demo: {err}; using {SYNTHETIC} instead")
+        return SYNTHETIC
+    return data_config
+
+
+def corpus_line(data_config: str, data_dir: Path) -> str:
+    cfg = load_config(DataConfig, data_config)
+    sources = ", ".join(dict.fromkeys(source_name(s) for s in cfg.sources))
+    return f"corpus: {data_config} -> {data_dir} ({sources})"
 
 
 def run_demo(
     out: str, minutes: float, config: str, data_config: str, data: str | None, steps: int | None
 ) -> int:
     """Prepare, train with probes, summarise. ``steps`` defaults to what fits ``minutes``."""
+    from train.cli import latest_checkpoint  # torch and Lightning: only once the corpus is chosen
+    from train.cli import main as train_main
+    from train.loggers import read_metrics
+
+    data_config = corpus_config(data_config)
     data_dir = prepare(data_config, data)
     run_dir = Path(out)
     max_steps = steps or max(20, int(minutes * 15))  # about 1.3 s a step on 2 cores, plus probes
@@ -52,5 +83,6 @@ def run_demo(
     print(summary(run_dir / "probes.jsonl"))
     print()
     write_report(run_dir, wandb=True)  # figures and tables into the run's W&B run too
+    print(corpus_line(data_config, data_dir))
     print(report_summary(run_dir))
     return 0

@@ -1,17 +1,41 @@
-"""Atomic file output: a crash never leaves a half-written file or folder behind."""
+"""File input and output that survive crashes and say what went wrong.
+
+Writes are atomic: a crash never leaves a half-written file or folder behind, and the temp
+files of a killed write are cleaned on the next start. A failed write names the file it
+was writing (the OS says only "No space left on device"). Output paths are checked before
+long work starts. Readers name ``file:line`` for a bad line, and can warn and go on.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from bytecanary.errors import BytecanaryError
+
+
+def warn(message: str) -> None:
+    """One ``warning:`` line on stderr, above any progress bar rather than inside it."""
+    tqdm.write(f"warning: {message}", file=sys.stderr)
+
+
+def named(err: OSError, path: str | Path, tmp: str | Path | None = None) -> OSError:
+    """``err`` naming what the user asked for: ``path`` when it names no file (a write that
+    fails for lack of space names nothing), and ``path`` for our temp ``tmp`` in it."""
+    name = None if err.filename is None else str(err.filename)
+    if name is not None and (tmp is None or not name.startswith(str(tmp))):
+        return err
+    shown = str(path) if name is None else str(path) + name[len(str(tmp)) :]
+    return OSError(err.errno, err.strerror or str(err), shown)  # errno picks the subclass
 
 
 def _fsync_dir(path: Path) -> None:
@@ -26,8 +50,7 @@ def _fsync_dir(path: Path) -> None:
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it replaces ``path`` atomically
     (same folder, fsync, ``os.replace``), on error it is removed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = check_output(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
@@ -37,8 +60,34 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
         _fsync_dir(path.parent)
+    except OSError as err:
+        raise named(err, path, tmp_path) from err
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+def remove_stale_temps(folder: str | Path) -> list[Path]:
+    """Delete the temp files (``.*.tmp``) that killed atomic writes left in ``folder``. Only
+    files: a temp folder may be a report or a stage being built by another process."""
+    stale = [p for p in Path(folder).glob(".*.tmp") if p.is_file()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
+
+
+def check_output(path: str | Path, folder: bool = False) -> Path:
+    """Fail now rather than after the work: ``path`` must be of the right kind if it exists
+    (a file, or a ``folder``), and its parent folder must exist or be creatable."""
+    path = Path(path)
+    if path.exists() and path.is_dir() != folder:
+        raise BytecanaryError(f"{path}: exists and is not a {'folder' if folder else 'file'}")
+    nearest = next(p for p in path.absolute().parents if p.exists())
+    if not nearest.is_dir():
+        raise BytecanaryError(f"{path}: {nearest} is a file, not a folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not os.access(path.parent, os.W_OK):
+        raise BytecanaryError(f"{path.parent}: not writable")
+    return path
 
 
 def read_text(path: str | Path, what: str = "file") -> str:
@@ -51,10 +100,23 @@ def read_text(path: str | Path, what: str = "file") -> str:
         raise BytecanaryError(f"{path}: not UTF-8 ({err.reason} at byte {err.start})") from None
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The objects of a JSONL file. A malformed line is an error naming ``file:line``; an
-    unterminated last line is a write in flight (or torn by a crash) and is skipped, as
-    ``probes.jsonl`` readers do."""
+def read_json(path: str | Path, what: str = "JSON file") -> Any:
+    """A JSON file; missing, non-UTF-8 or malformed is one error naming the file."""
+    try:
+        return json.loads(read_text(path, what))
+    except json.JSONDecodeError as err:
+        raise BytecanaryError(f"{path}: not valid JSON ({err.msg}, line {err.lineno}); truncated?") from None
+
+
+def read_jsonl(
+    path: str | Path,
+    check: Callable[[dict[str, Any]], str | None] | None = None,
+    on_bad: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """The objects of a JSONL file. A malformed line (or one ``check`` finds a problem with) is
+    an error naming ``file:line``; with ``on_bad`` (e.g. ``warn``) that message goes to it
+    and the line is skipped. An unterminated last line is a write in flight (or torn by a
+    crash) and is skipped, as ``probes.jsonl`` readers do."""
     text = read_text(path, "JSONL file")
     lines = text.split("\n")
     rows = []
@@ -66,10 +128,18 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError as err:
             if number == len(lines):
                 break
-            raise BytecanaryError(f"{path}:{number}: not valid JSON ({err.msg})") from None
-        if not isinstance(row, dict):
-            raise BytecanaryError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
+            problem: str | None = f"not valid JSON ({err.msg})"
+        else:
+            if not isinstance(row, dict):
+                problem = f"expected a JSON object, got {type(row).__name__}"
+            else:
+                problem = check(row) if check else None
+        if problem is None:
+            rows.append(row)
+        elif on_bad is not None:
+            on_bad(f"{path}:{number}: {problem}; line skipped")
+        else:
+            raise BytecanaryError(f"{path}:{number}: {problem}")
     return rows
 
 
@@ -85,8 +155,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     ``path`` (an older ``path`` is moved aside first and removed only once the new one is
     in place), on error it is deleted. Callers decide whether replacing ``path`` is theirs
     to do (``refuse_foreign_dir``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = check_output(path, folder=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     old = tmp.with_name(tmp.name.removesuffix(".tmp") + ".old")
     try:
@@ -95,6 +164,8 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
             os.replace(path, old)
         os.replace(tmp, path)
         _fsync_dir(path.parent)
+    except OSError as err:
+        raise named(err, path, tmp) from err
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
@@ -103,9 +174,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
 def refuse_foreign_dir(path: str | Path, force: bool, protected: tuple[str, ...] = ()) -> None:
     """An output folder may be replaced only when it is absent or empty, or with ``force``;
     a folder holding any of ``protected`` (a run folder's ``checkpoints``) never."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise BytecanaryError(f"{path}: exists and is not a folder")
+    path = check_output(path, folder=True)
     if not path.is_dir() or not any(path.iterdir()):
         return
     held = [name for name in protected if (path / name).exists()]

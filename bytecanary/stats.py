@@ -4,7 +4,9 @@ Calibration (ECE), paired tests between two scoring strategies (exact and chi-sq
 McNemar, as the space-tokenization-trap MCQA study uses), bootstrap confidence intervals
 (Format Sensitivity Index, arXiv:2607.09665), correlations, the
 fixed-effects regression of accuracy on parsability, and the convergence detector applied
-alike to perplexity and to UTF-8 validity (arXiv:2606.14122).
+alike to perplexity and to UTF-8 validity (arXiv:2606.14122): it says where a curve
+converged, or that it is still moving, or that it never changed beyond its noise, and
+only a pair of converged curves gets a ratio (with a bootstrap CI).
 Plain numpy and ``math``: importable without torch or scipy.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -141,29 +144,155 @@ def fixed_effects_fit(y: ArrayLike, x: ArrayLike, factors: dict[str, Sequence]) 
     return float(coef[0]), math.sqrt(sigma2 * float(np.linalg.pinv(design.T @ design)[0, 0]))
 
 
-CONVERGENCE_RTOL = 0.05  # the band around the plateau, relative to it
-CONVERGENCE_TAIL = 0.1  # the plateau is the mean of this share of the last points
+# --- convergence ------------------------------------------------------------------------
+
+CONVERGED, MOVING, NO_CHANGE = "converged", "still moving", "no change"
+STATE_WORDS = {  # what a report says of a curve in each state
+    CONVERGED: "converges",
+    MOVING: "is still moving at the end of the run",
+    NO_CHANGE: "shows no change beyond noise",
+}
+MIN_TAIL = 4  # a flat tail holds at least this many checkpoints
+SLOPE_Z = 2.0  # a tail is flat when |slope| <= SLOPE_Z standard errors...
+BAND_Z = 3.5  # ...every tail point lies within BAND_Z noise of the tail's mean...
+RATE_FRACTION = 0.5  # ...and the slope's upper bound is under half the rate the curve came at
+MOVE_Z = 3.0  # the curve moved when a point before the tail departs from it by MOVE_Z noise
 
 
-def convergence_point(
-    x: ArrayLike, y: ArrayLike, rtol: float = CONVERGENCE_RTOL, tail: float = CONVERGENCE_TAIL
-) -> float | None:
-    """Smallest x after which the curve stays within ``rtol`` of its final plateau.
+@dataclass(frozen=True)
+class Verdict:
+    """What a curve did, with the evidence: ``state`` is ``converged`` (flat from
+    ``converged_at`` on, after a change beyond noise), ``still moving`` (no flat tail at
+    the end of the run) or ``no change`` (flat, within noise, from the start)."""
 
-    The plateau is the mean of the last ``tail`` fraction of points (at least one).
-    Returns x[i] for the smallest i with |y[j] - plateau| <= rtol * |plateau| for all
-    j >= i, or None when even the last point is outside the band (not converged).
-    The same rule serves perplexity (falling) and validity (rising) curves.
+    state: str
+    converged_at: float | None
+    slope: float
+    """Per decade of x, over the last ``n_tail`` points: the flat tail, or (still moving) the
+    second half of the curve."""
+    slope_se: float
+    moved: float
+    """Largest departure of a point before the tail from the tail's mean, in noise units."""
+    noise: float
+    """Median noise (standard error) of one point."""
+    n_tail: int
+
+    def describe(self, unit: str = "tokens seen") -> str:
+        """The verdict in words, for a line such as ``val/ppl <describe>``."""
+        slope = f"slope {self.slope:+.2g} +- {self.slope_se:.2g} per decade, last {self.n_tail} points"
+        if self.state == CONVERGED:
+            before = f"{self.moved:.0f}x noise away before"
+            return f"{STATE_WORDS[CONVERGED]} at {self.converged_at:,.0f} {unit} ({slope}; {before})"
+        if self.state == MOVING:
+            return f"{STATE_WORDS[MOVING]} ({slope})"
+        return f"{STATE_WORDS[NO_CHANGE]} (noise {self.noise:.2g} a point; {slope})"
+
+
+def curve_noise(x: ArrayLike, y: ArrayLike) -> float:
+    """Noise of one point of a curve that has no measured standard error, from the curve
+    itself: the residual of each inner point from the line through its two neighbours (in
+    log x), robustly (median, scaled to a standard deviation). A local line cancels the
+    trend, so only the scatter between neighbouring checkpoints remains."""
+    lx, ys = np.log10(np.asarray(x, dtype=np.float64)), np.asarray(y, dtype=np.float64)
+    if len(ys) < 3:
+        raise ValueError("curve_noise needs at least three points")
+    w = (lx[1:-1] - lx[:-2]) / (lx[2:] - lx[:-2])
+    resid = ys[1:-1] - ((1 - w) * ys[:-2] + w * ys[2:])
+    scale = 1 + w**2 + (1 - w) ** 2  # Var(resid) / sigma^2 for independent noise
+    chi2_median = 0.45494  # median of chi-square with 1 degree of freedom
+    return math.sqrt(float(np.median(resid**2 / scale)) / chi2_median)
+
+
+def _line(lx: np.ndarray, y: np.ndarray, se: np.ndarray) -> tuple[float, float]:
+    """Weighted least-squares slope of y on lx and its SE; the SE grows by the residual
+    scatter when that exceeds the stated noise (Birge ratio), so jitter between
+    checkpoints beyond sampling noise cannot pass for a slope."""
+    w = 1 / se**2
+    centred = lx - (w * lx).sum() / w.sum()
+    sxx = float((w * centred**2).sum())
+    slope = float((w * centred * y).sum()) / sxx
+    resid = y - (w * y).sum() / w.sum() - slope * centred
+    birge = float((w * resid**2).sum()) / max(1, len(y) - 2)
+    return slope, math.sqrt(max(1.0, birge) / sxx)
+
+
+def detect_convergence(x: ArrayLike, y: ArrayLike, se: ArrayLike | None = None) -> Verdict:
+    """Whether a curve converged, kept moving, or never changed beyond its noise.
+
+    ``x`` (tokens seen, > 0) is taken on a log scale; ``se`` is each point's standard error
+    (from the probe), or None to estimate one noise for all points (``curve_noise``). The
+    tail from checkpoint k is flat when, over its points (at least ``MIN_TAIL``), the slope
+    is within ``SLOPE_Z`` SE of 0, every point lies within ``BAND_Z`` noise of the tail's
+    mean, and, if a point before k departs from that mean by more than ``MOVE_Z`` noise (the
+    curve moved), the slope's upper bound is under ``RATE_FRACTION`` of the rate at which
+    the curve came from its first point: a short tail of a curve still rising at its old pace
+    is not flat for lack of evidence. The first k with a flat tail is where the curve
+    converged (or, if it never moved, it shows no change); without one it is still moving.
+    The same rule serves perplexity (on its log) and every validity curve.
     """
-    xs = np.asarray(x, dtype=np.float64)
-    ys = np.asarray(y, dtype=np.float64)
-    if xs.shape != ys.shape or xs.ndim != 1 or len(xs) == 0:
-        raise ValueError("x and y must be non-empty 1-D arrays of the same length")
+    xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if xs.shape != ys.shape or xs.ndim != 1 or len(xs) < MIN_TAIL or (xs <= 0).any():
+        raise ValueError(f"x and y must be 1-D, of the same length, at least {MIN_TAIL} points, x > 0")
     order = np.argsort(xs, kind="stable")
-    xs, ys = xs[order], ys[order]
-    plateau = ys[-max(1, math.ceil(tail * len(ys))) :].mean()
-    inside = np.abs(ys - plateau) <= rtol * abs(plateau)
-    if not inside[-1]:
+    xs, ys, lx = xs[order], ys[order], np.log10(xs[order])
+    noise = np.full(len(ys), curve_noise(xs, ys)) if se is None else np.asarray(se, np.float64)[order]
+    noise = np.maximum(noise, 1e-12 * (1 + np.abs(ys).max()))  # a noise-free curve still has a scale
+    for k in range(len(ys) - MIN_TAIL + 1):
+        slope, slope_se = _line(lx[k:], ys[k:], noise[k:])
+        weights = 1 / noise[k:] ** 2
+        mean = float((weights * ys[k:]).sum() / weights.sum())
+        if abs(slope) > SLOPE_Z * slope_se or (np.abs(ys[k:] - mean) > BAND_Z * noise[k:]).any():
+            continue
+        mean_se = math.sqrt(1 / weights.sum())
+        moved = float(np.max(np.abs(ys[:k] - mean) / np.sqrt(noise[:k] ** 2 + mean_se**2), initial=0.0))
+        evidence = (slope, slope_se, moved, float(np.median(noise)), len(ys) - k)
+        if moved <= MOVE_Z:
+            return Verdict(NO_CHANGE, None, *evidence)
+        rate = abs(mean - ys[0]) / (lx[k] - lx[0])
+        if abs(slope) + SLOPE_Z * slope_se <= RATE_FRACTION * rate:
+            return Verdict(CONVERGED, float(xs[k]), *evidence)
+    half = max(MIN_TAIL, len(ys) // 2)  # the evidence: how the second half of the run moves
+    slope, slope_se = _line(lx[-half:], ys[-half:], noise[-half:])
+    return Verdict(MOVING, None, slope, slope_se, math.nan, float(np.median(noise)), half)
+
+
+@dataclass(frozen=True)
+class RatioEstimate:
+    """x where one curve converged over x where another did, with a parametric bootstrap CI."""
+
+    value: float
+    lo: float
+    hi: float
+    both_converged: float
+    """Share of the resamples in which both curves converged: the CI is over those."""
+
+
+Series = tuple[ArrayLike, ArrayLike, ArrayLike | None]  # (x, y, se or None), as detect_convergence takes
+
+
+def convergence_ratio(
+    late: Series, early: Series, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> RatioEstimate | None:
+    """converged_at(late) / converged_at(early), or None unless both converged. The CI is a
+    parametric bootstrap: every point perturbed by its noise (normal, SD = its SE or the
+    curve's own ``curve_noise``), the detector rerun on both curves. A resample holds the
+    observed noise and the added noise, so the detector is told sqrt(2) x the SE (a curve
+    without SE has its noise estimated again)."""
+    verdicts = [detect_convergence(*series) for series in (late, early)]
+    if any(v.state != CONVERGED for v in verdicts):
         return None
-    outside = np.flatnonzero(~inside)
-    return float(xs[outside[-1] + 1] if len(outside) else xs[0])
+    rng = np.random.default_rng(seed)
+    curves = []
+    for x, y, se in (late, early):
+        ys = np.asarray(y, dtype=np.float64)
+        sd = np.full(len(ys), curve_noise(x, ys)) if se is None else np.asarray(se, dtype=np.float64)
+        curves.append((x, ys, sd, None if se is None else sd * math.sqrt(2)))
+    ratios = []
+    for _ in range(n_resamples):
+        at = [detect_convergence(x, ys + rng.normal(0.0, sd), se).converged_at for x, ys, sd, se in curves]
+        if at[0] is not None and at[1] is not None:
+            ratios.append(at[0] / at[1])
+    value = verdicts[0].converged_at / verdicts[1].converged_at
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.percentile(ratios, [tail, 100 - tail]) if ratios else (math.nan, math.nan)
+    return RatioEstimate(value, float(lo), float(hi), len(ratios) / n_resamples)

@@ -6,8 +6,14 @@ hook, so the probes see the weights just written. The model is put in eval mode 
 and rank 0 aggregates the shares: the metrics equal a single-process run. Results are
 logged to every logger with ``tokens_seen`` (W&B plots them beside ``val/ppl``) and
 appended to ``probes.jsonl`` next to the checkpoints, with each probe's version and
-fingerprint. A probe that raises is recorded as failed and training goes on, unless
-``strict``.
+fingerprint.
+
+Every probe is prepared (eval sets found, tasks loaded) before the first training step,
+so a misconfigured probe is one error line and nothing trains. At every (re)start the run's
+existing checkpoints that lack a record of some probe (the run was killed during its
+probes, or a probe was added) are probed from their files, so restarts converge to a
+complete records file. Later, a probe that raises is recorded as failed and training goes
+on, unless ``strict``.
 """
 
 from __future__ import annotations
@@ -19,10 +25,14 @@ from typing import Any
 
 import torch
 from lightning.pytorch.callbacks import Checkpoint
-from lightning.pytorch.utilities import rank_zero_info
+from tqdm.auto import tqdm
 
-from probes.common import build_probes
-from probes.records import append_record, make_record
+from bytecanary import keys
+from bytecanary.checkpoints import checkpoint_meta, gpt2_from_checkpoint, load_checkpoint, step_checkpoints
+from bytecanary.errors import BytecanaryError
+from bytecanary.io import warn
+from probes.common import build_probes, prepare_probe
+from probes.records import append_record, completed, make_record
 from probes.registry import Probe
 
 
@@ -44,23 +54,57 @@ class ProbeCallback(Checkpoint):
             source: where ``probes`` came from (a YAML path), named by a bad spec's error.
         """
         self.probes = build_probes(probes, source)
-        self.every_tokens, self.strict, self.out = every_tokens, strict, out
-        self._prepared: list[Any] | None = None
-        self._fingerprints: list[str] = []
+        self.every_tokens, self.strict, self.out, self.source = every_tokens, strict, out, source
+        self._prepared: list[tuple[Any, str]] | None = None  # (samples, fingerprint) per probe
         self._last_step = -1
         self._next_tokens = every_tokens or 0
 
-    def _setup_probes(self, trainer) -> None:
+    def prepare(self, tokenizer_dir: str | Path, data_dir: str | Path) -> None:
+        """Load the tokenizer and prepare every probe; a missing or empty eval set or task
+        is one ``BytecanaryError`` naming the probe."""
         from transformers import AutoTokenizer
 
-        dm = trainer.datamodule
-        self._tokenizer = AutoTokenizer.from_pretrained(str(dm.tokenizer_dir))
-        data_dir = Path(dm.data_dir)
-        self._prepared = [p.prepare(self._tokenizer, data_dir) for p in self.probes]
-        self._fingerprints = [p.fingerprint(data_dir) for p in self.probes]
+        self._tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        self._prepared = [prepare_probe(p, self._tokenizer, Path(data_dir), self.source) for p in self.probes]
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if self._prepared is None:
+            self.prepare(trainer.datamodule.tokenizer_dir, trainer.datamodule.data_dir)
+        folder = getattr(trainer.checkpoint_callback, "dirpath", None)
         if self.out is None:
-            ckpt_dir = getattr(trainer.checkpoint_callback, "dirpath", None) or trainer.default_root_dir
-            self.out = Path(ckpt_dir).parent / "probes.jsonl" if ckpt_dir else Path("probes.jsonl")
+            self.out = Path(folder).parent / "probes.jsonl" if folder else Path("probes.jsonl")
+        if folder:
+            self._catch_up(trainer, pl_module, Path(folder))
+
+    def _missing(self, folder: Path) -> list[tuple[str, list[int]]]:
+        """(checkpoint, indices of the probes without a successful record) of each checkpoint."""
+        done = completed(self.out)
+        todo = []
+        for path in step_checkpoints(folder):
+            key = str(path.resolve())
+            missing = [
+                i
+                for i, (probe, (_, params)) in enumerate(zip(self.probes, self._prepared, strict=True))
+                if (key, probe.name, probe.version, params) not in done
+            ]
+            todo += [(key, missing)] if missing else []
+        return todo
+
+    def _catch_up(self, trainer, pl_module, folder: Path) -> None:
+        """Probe each existing checkpoint that lacks records, with its own weights."""
+        todo = trainer.strategy.broadcast(self._missing(folder) if trainer.is_global_zero else None, src=0)
+        for path, indices in todo:
+            try:
+                ckpt = load_checkpoint(path)
+            except BytecanaryError as err:  # resuming skips it too; the run rewrites it
+                if trainer.is_global_zero:
+                    warn(f"{err}; its probes are not caught up")
+                continue
+            meta = checkpoint_meta(ckpt, path)
+            model = gpt2_from_checkpoint(ckpt, path).to(pl_module.device)
+            for i in indices:
+                self._run_one(trainer, model, i, path, meta.get("step"), meta.get("tokens_seen"))
+            del model, ckpt
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -76,24 +120,26 @@ class ProbeCallback(Checkpoint):
                     self._next_tokens += self.every_tokens
             # with no monitored metric, best_model_path is the step file just written
             path = (getattr(ckpt, "best_model_path", None) or ckpt._last_checkpoint_saved) if saved else None
-            self.fire(trainer, pl_module, str(path) if path else None)
+            self.fire(trainer, pl_module, str(Path(path).resolve()) if path else None)
 
     def fire(self, trainer, pl_module, checkpoint: str | None) -> None:
         """Run every probe on the current weights (all ranks) and record the results."""
-        if self._prepared is None:
-            self._setup_probes(trainer)
         self._last_step = trainer.global_step
         model = getattr(pl_module, "model", pl_module)
         model = getattr(model, "_orig_mod", model)
         was_training = model.training
         model.eval()
+        tokens = getattr(pl_module, "tokens_seen", None)
         try:
-            for probe, prepared, params in zip(self.probes, self._prepared, self._fingerprints, strict=True):
-                self._run_one(trainer, pl_module, model, probe, prepared, params, checkpoint)
+            for i in range(len(self.probes)):
+                self._run_one(trainer, model, i, checkpoint, trainer.global_step, tokens)
         finally:
             model.train(was_training)
 
-    def _run_one(self, trainer, pl_module, model, probe: Probe, prepared, params: str, checkpoint) -> None:
+    def _run_one(
+        self, trainer, model, index: int, checkpoint: str | None, step: int | None, tokens: int | None
+    ) -> None:
+        probe, (prepared, params) = self.probes[index], self._prepared[index]
         start = time.perf_counter()
         try:
             with torch.no_grad():
@@ -103,39 +149,43 @@ class ProbeCallback(Checkpoint):
         except Exception as err:  # recorded, not raised: one probe must not stop training
             payload = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
         payloads = _gather(payload, trainer.world_size)
-        error, metrics = None, None
+        error = None
         if trainer.is_global_zero:
             failed = [p for p in payloads if isinstance(p, dict) and "error" in p]
+            metrics = None
             if failed:
                 error = failed[0]["error"]
             else:
                 try:
+                    probe.record_context = {"checkpoint": checkpoint, "step": step, "tokens_seen": tokens}
                     metrics = probe.aggregate(prepared, payloads)
                 except Exception as err:
                     error = f"{type(err).__name__}: {err}"
-            seconds = time.perf_counter() - start
-            tokens = getattr(pl_module, "tokens_seen", None)
             record = make_record(
-                checkpoint,
-                trainer.global_step,
-                tokens,
-                probe.name,
-                metrics,
-                seconds,
-                error,
-                version=probe.version,
-                params=params,
-            )
-            append_record(self.out, record)
-            if metrics:
-                for logger in trainer.loggers:
-                    extra = {"tokens_seen": tokens} if tokens is not None else {}
-                    logger.log_metrics({**metrics, **extra}, step=trainer.global_step)
-            status = f"failed: {error}" if error else f"{len(metrics)} metrics"
-            rank_zero_info(f"probe {probe.name} at step {trainer.global_step}: {seconds:.1f} s, {status}")
-        failed_anywhere = trainer.strategy.broadcast(error is not None, src=0)
-        if failed_anywhere and self.strict:
-            raise RuntimeError(f"probe {probe.name} failed at step {trainer.global_step} (strict): {error}")
+                checkpoint, step, tokens, probe.name, metrics, time.perf_counter() - start, error,
+                version=probe.version, params=params,
+            )  # fmt: skip
+            self._publish(trainer, record)
+            error = record["error"]
+        error = trainer.strategy.broadcast(error, src=0)
+        if error is not None and self.strict:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else "failed"
+            raise BytecanaryError(f"probe {probe.name} failed at step {step} (run.probe_strict): {first}")
+
+    def _publish(self, trainer, record: dict[str, Any]) -> None:
+        """Append the record, log its metrics with ``tokens_seen``, and say how it went (above
+        the progress bar)."""
+        append_record(self.out, record)
+        if record["metrics"]:
+            extra = {"tokens_seen": record["tokens_seen"]} if record["tokens_seen"] is not None else {}
+            extra[keys.probe_seconds(record["probe"])] = record["seconds"]
+            for logger in trainer.loggers:
+                logger.log_metrics({**record["metrics"], **extra}, step=record["step"])
+        where = f"probe {record['probe']} at step {record['step']}: {record['seconds']:.1f} s"
+        if record["error"]:
+            warn(f"{where}, failed: {record['error']}")
+        else:
+            tqdm.write(f"{where}, {len(record['metrics'])} metrics")
 
 
 def _gather(payload: Any, world: int) -> list[Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,9 @@ def evalsets_dir(data_dir: Path | None) -> Path:
 def eval_set_files(eval_sets: list[str] | None, data_dir: Path | None, pattern: str) -> list[Path]:
     """The files given, else the data folder's eval sets matching ``pattern``."""
     if eval_sets:
+        missing = [p for p in eval_sets if not Path(p).is_file()]
+        if missing:
+            raise BytecanaryError(f"eval_sets: {missing[0]}: no such file")
         return [Path(p) for p in eval_sets]
     folder = evalsets_dir(data_dir)
     files = sorted(folder.glob(pattern))
@@ -137,3 +140,22 @@ def build_probes(specs: Sequence[Mapping[str, Any] | Probe], source: str | Path 
 def get_probe(name: str, **params: Any) -> Probe:
     """One probe by name, validated like a YAML spec."""
     return build_probes([{"name": name, **params}])[0]
+
+
+def prepare_probe(
+    probe: Probe, tokenizer: Any, data_dir: Path | None, source: str | Path | None = None
+) -> tuple[Any, str]:
+    """(prepared samples, fingerprint) of ``probe``; a missing, unreadable or empty eval set
+    is one ``BytecanaryError`` naming ``source`` (a YAML path, when given) and the probe."""
+    where = _where(source)
+    try:
+        prepared = probe.prepare(tokenizer, data_dir)
+        params = probe.fingerprint(data_dir)
+    except BytecanaryError as err:
+        raise BytecanaryError(f"{where}: {probe.name}: {err}") from None
+    except OSError as err:
+        raise BytecanaryError(f"{where}: {probe.name}: {err.filename}: {err.strerror}") from None
+    samples = getattr(prepared, "samples", prepared)  # the UTF-8 probes' Prepared, or a list
+    if isinstance(samples, Sized) and len(samples) == 0:
+        raise BytecanaryError(f"{where}: {probe.name}: the eval set has no samples (data {data_dir})")
+    return prepared, params

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from transformers.cache_utils import Cache, StaticCache
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,17 @@ def cache_of(out) -> object:
     return out.cache if "cache" in out else out.past_key_values
 
 
+def per_sample_cache(model: torch.nn.Module, cache: Cache, rows_B: torch.Tensor, length: int) -> StaticCache:
+    """Row ``rows_B[b]`` of ``cache`` for each sample b, in a cache preallocated to ``length``
+    columns: decoding then writes each new token in place, where a growing cache would
+    reallocate every layer at every step (and fragment the heap into a higher peak)."""
+    static = StaticCache(config=model.config, max_cache_len=length)
+    for mine, theirs in zip(static.layers, cache.layers, strict=True):
+        mine.update(theirs.keys[rows_B], theirs.values[rows_B])  # allocates, then copies the prefix
+        theirs.keys = theirs.values = None  # freed layer by layer
+    return static
+
+
 def _pick(logits_BV: torch.Tensor, sampling: Sampling, gen: torch.Generator | None) -> torch.Tensor:
     if sampling.temperature <= 0:
         return logits_BV.argmax(-1)
@@ -104,9 +116,11 @@ def _prefill(
     golds: Sequence[Sequence[int]],
     pad_id: int,
     last_only: bool,
+    room: int,
 ) -> _Prefill:
     """One forward pass over the batch's distinct ``prompt + gold`` sequences, then the
-    cache copied to one row per sample with its gold columns masked out."""
+    cache copied to one row per sample (with ``room`` columns for decoding) and its gold
+    columns masked out."""
     device = next(model.parameters()).device
     fulls: dict[tuple[int, ...], int] = {}
     seq_B = torch.tensor(
@@ -138,8 +152,7 @@ def _prefill(
         has_gold = np.array([bool(g) for g in golds])
         gold_lp = np.where(has_gold, (cum_UT[seq_B, width - 1] - cum_UT[seq_B, end_B]).cpu().numpy(), np.nan)
         logits_BV = logits_UTV[seq_B, end_B]
-    cache = cache_of(out)
-    cache.batch_select_indices(seq_B)
+    cache = per_sample_cache(model, cache_of(out), seq_B, width + room)
     cols_T = torch.arange(width, device=device)
     mask_BT = ((cols_T >= start_B[:, None]) & (cols_T <= end_B[:, None])).long()
     return _Prefill(logits_BV, cache, mask_BT, (plen_B - 1)[:, None], prompt_lp, gold_lp)
@@ -216,10 +229,11 @@ def generate(
     gen = torch.Generator().manual_seed(sampling.seed) if sampling.temperature > 0 else None
     for lo in range(0, n, batch_size):
         rows = slice(lo, min(lo + batch_size, n))
-        pre = _prefill(model, prompts[rows], golds[rows], pad_id, last_only)
+        pre = _prefill(model, prompts[rows], golds[rows], pad_id, last_only, max_new_tokens - 1)
         prompt_lp[rows], gold_lp[rows] = pre.prompt_logprob, pre.gold_logprob
         tokens[rows], logprobs[rows], lengths[rows] = _decode(
             model, pre, max_new_tokens, eos_id, pad_id, sampling, gen
         )
+        del pre  # this batch's cache must not sit beside the next one's
     prompt_scored = np.array([max(len(p) - 1, 0) for p in prompts], dtype=np.int64)
     return Generation(tokens, lengths, logprobs, prompt_lp, prompt_scored, gold_lp)

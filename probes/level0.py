@@ -8,7 +8,9 @@ length and aggregated: step scores (partial, strict, soft, partial@t, cumulative
 Delta_LL and gold win rate, perplexity, and validity split by pure-byte vs mixed output.
 Keys: ``keys.level0(lang, tier, metric, k)``, with "all" for the aggregates. Trial mode
 takes M characters per language (fixed seed, spread evenly over tiers); full mode takes
-the whole eval set.
+the whole eval set. A file that mixes languages (the paper's published ones) is grouped by
+each character's script, characters outside ja/ko/zh forming the language ``other``
+(``bytecanary.data.evalsets.load_level0``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from bytecanary.bytecodec import ByteCodec
 from bytecanary.data.evalsets import load_level0
 from probes.registry import register_probe
 from probes.utf8_probe import (
+    BYTE_SPACE,
     Prepared,
     Utf8Probe,
     Utf8Sample,
@@ -40,21 +43,24 @@ from probes.utf8_probe import (
 class Level0Probe(Utf8Probe):
     version = 1
     eval_set_pattern = "level0_*.json"
+    read_eval_set = staticmethod(load_level0)
 
     def prepare(self, tokenizer: Any, data_dir: Path | None) -> Prepared:
         codec = ByteCodec.from_tokenizer(tokenizer)
-        head = prefix_ids(tokenizer, self.cfg.prefix) + leading_space_ids(tokenizer, codec)
+        head = prefix_ids(tokenizer, codec, self.cfg.prefix)
+        if self.cfg.prefix != BYTE_SPACE:  # that byte token already stands for the leading space
+            head += leading_space_ids(tokenizer, codec)
         head_bytes = codec.decode(head)
         samples = []
-        for path in self.eval_files(data_dir):
-            s = load_level0(path)
+        for s in (s for path in self.eval_files(data_dir) for s in load_level0(path)):
             if self.languages and s.language not in self.languages:
                 continue
-            entries = trial_subset(s, self.per_language, self.seed) if self.trial else s.entries
-            for e in entries:
-                n = len(e.char.encode("utf-8"))
-                for k in range(1, n + 1):
-                    samples.append(byte_prefix_sample(codec, head, head_bytes, s.language, e.char, k, e.tier))
+            for e in trial_subset(s, self.per_language, self.seed) if self.trial else s.entries:
+                item_id = f"{s.language}:U+{ord(e.char):04X}"
+                samples += [
+                    byte_prefix_sample(codec, head, head_bytes, s.language, e.char, k, e.tier, item_id)
+                    for k in range(1, len(e.char.encode("utf-8")) + 1)
+                ]
         return prepared_for(tokenizer, samples, codec)
 
     def groups(self, samples: list[Utf8Sample]) -> Iterator[tuple[Callable[[str], str], np.ndarray]]:

@@ -30,27 +30,30 @@ class Level1Probe(Utf8Probe):
     version = 1
     term_match = True
     eval_set_pattern = "level1*.json"
+    read_eval_set = staticmethod(load_level1)
 
     def prepare(self, tokenizer: Any, data_dir: Path | None) -> Prepared:
         codec = ByteCodec.from_tokenizer(tokenizer)
-        prefix = prefix_ids(tokenizer, self.cfg.prefix)
-        by_language: dict[str, list] = {}
+        prefix = prefix_ids(tokenizer, codec, self.cfg.prefix)
+        by_language: dict[str, list] = {}  # language -> (item id, sample)
         for path in self.eval_files(data_dir):
-            for s in load_level1(path):
+            for i, s in enumerate(load_level1(path)):
                 if not self.languages or s.language in self.languages:
-                    by_language.setdefault(s.language, []).append(s)
+                    by_language.setdefault(s.language, []).append((f"{path.name}[{i}]", s))
         rng = np.random.default_rng(self.seed)
         samples = []
         for language, items in sorted(by_language.items()):
             if self.trial and len(items) > self.per_language:
                 items = [items[i] for i in sorted(rng.choice(len(items), self.per_language, replace=False))]
-            for item in items:
+            for item_id, item in items:
                 # the target is the prompt's last character (the term's last); the rest is context
                 context, char = item.sentence_prompt[:-1], item.sentence_prompt[-1]
                 head = prefix + tokenizer.encode(context, add_special_tokens=False) if context else prefix
                 head_bytes = codec.decode(head)
                 for k in range(1, len(char.encode("utf-8"))):
-                    samples.append(byte_prefix_sample(codec, head, head_bytes, language, char, k, item.tier))
+                    samples.append(
+                        byte_prefix_sample(codec, head, head_bytes, language, char, k, item.tier, item_id)
+                    )
         return prepared_for(tokenizer, samples, codec)
 
     def groups(self, samples: list[Utf8Sample]) -> Iterator[tuple[Callable[[str], str], np.ndarray]]:

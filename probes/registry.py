@@ -46,6 +46,10 @@ class Probe:
     def __init__(self) -> None:
         """A probe without parameters."""
 
+    def validate(self, data_dir: Path | None) -> None:
+        """Read the probe's inputs and raise a one-line error on a bad one, before any model
+        is loaded (probes with inputs override this)."""
+
     def eval_files(self, data_dir: Path | None) -> list[Path]:
         """The files whose contents the metrics depend on (eval sets, task files)."""
         return []

@@ -7,13 +7,15 @@ order), or, with ``--revision``, a model id whose revisions form a series (Pythi
 what is missing: a pair counts as done only for the probe's current version and
 fingerprint (parameters and eval files), so a changed probe is redone and nothing else.
 ``--watch DIR`` follows a running training and probes each new checkpoint until
-interrupted. Printing the summary is the caller's job (the command line).
+interrupted; a checkpoint that does not load yet (still being written, or corrupt) is
+skipped with a warning and tried again once its file changes. Each probe is prepared (its
+eval set read) once per tokenizer and data folder, before a model of that data runs. Two
+processes may write one ``--out``: a pair the other finished meanwhile is skipped, and
+``append_record`` never appends a duplicate. Printing the summary is the caller's job.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,14 +25,24 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from bytecanary.checkpoints import checkpoint_meta, gpt2_from_checkpoint, load_checkpoint, tokenizer_dir
+from bytecanary.checkpoints import (
+    checkpoint_data_dir,
+    checkpoint_meta,
+    gpt2_from_checkpoint,
+    load_checkpoint,
+    step_checkpoints,
+    step_of,
+    tokenizer_dir,
+)
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
-from probes.common import build_probes, validate_specs
+from bytecanary.io import check_output, read_json, warn
+from probes.common import build_probes, prepare_probe, validate_specs
 from probes.records import append_record, completed, make_record
 from probes.registry import Probe
 
-_STEP = re.compile(r"step[_-]?(\d+)")
+# what a model folder holds when its tokenizer was saved beside it (save_pretrained)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model")
 
 
 @dataclass(frozen=True)
@@ -44,15 +56,17 @@ class Target:
 
     @property
     def step_hint(self) -> int:
-        m = _STEP.search(self.revision or Path(self.path).name)
-        return int(m.group(1)) if m else -1
+        return step_of(self.revision or Path(self.path).name)
 
 
 def _ckpts_in(folder: Path) -> list[Target]:
-    files = sorted(folder.glob("*.ckpt")) or sorted((folder / "checkpoints").glob("*.ckpt"))
-    steps = [f for f in files if f.name != "last.ckpt"]  # last.ckpt repeats the newest step
-    chosen = steps or files
-    return sorted((Target(str(f.resolve()), str(f), "lightning") for f in chosen), key=lambda t: t.step_hint)
+    """The step checkpoints of ``folder`` (or of its ``checkpoints/``) in step order; ``last.ckpt``
+    only when there is nothing else."""
+    for where in (folder, folder / "checkpoints"):
+        files = step_checkpoints(where) or [f for f in [where / "last.ckpt"] if f.is_file()]
+        if files:
+            return [Target(str(f.resolve()), str(f), "lightning") for f in files]
+    return []
 
 
 def resolve(paths: list[str], revisions: list[str] | None = None) -> list[Target]:
@@ -88,29 +102,35 @@ class Loaded:
 def _hf_info(target: Target) -> dict[str, Any]:
     """``bytecanary.json`` beside an exported model (step, tokens_seen, data_dir), if any."""
     info_path = Path(target.path) / "bytecanary.json"
-    return json.loads(info_path.read_text()) if info_path.is_file() else {}
+    return read_json(info_path) if info_path.is_file() else {}
 
 
 def data_dir_of(target: Target) -> Path | None:
     """The data folder the checkpoint was trained on (its eval sets), from its metadata:
     no model is built, so an already-probed checkpoint is checked cheaply."""
     if target.kind == "lightning":
-        meta = checkpoint_meta(load_checkpoint(target.path), target.path)
-        return tokenizer_dir(meta, target.path).parent
+        return checkpoint_data_dir(checkpoint_meta(load_checkpoint(target.path), target.path), target.path)
     info = _hf_info(target)
     return Path(info["data_dir"]) if info.get("data_dir") else None
 
 
 def load(target: Target, device: str) -> Loaded:
+    """Model, tokenizer and where they came from; anything unreadable is one error naming it."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if target.kind == "lightning":
         ckpt = load_checkpoint(target.path)
         meta = checkpoint_meta(ckpt, target.path)
-        tok_dir = tokenizer_dir(meta, target.path)
         model = gpt2_from_checkpoint(ckpt, target.path)
-        tokenizer = AutoTokenizer.from_pretrained(str(tok_dir))
-        return Loaded(model.to(device), tokenizer, tok_dir.parent, meta.get("step"), meta.get("tokens_seen"))
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir(meta, target.path)))
+        data_dir = checkpoint_data_dir(meta, target.path)
+        return Loaded(model.to(device), tokenizer, data_dir, meta.get("step"), meta.get("tokens_seen"))
+    folder = Path(target.path)
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        # transformers would quietly fall back to a tokenizer of the model type
+        wanted = " or ".join(TOKENIZER_FILES[:2])
+        raise BytecanaryError(f"{target.path}: no tokenizer beside the model (no {wanted})")
     try:
         model = AutoModelForCausalLM.from_pretrained(
             target.path, revision=target.revision, trust_remote_code=False
@@ -118,7 +138,7 @@ def load(target: Target, device: str) -> Loaded:
         tokenizer = AutoTokenizer.from_pretrained(
             target.path, revision=target.revision, trust_remote_code=False
         )
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, SafetensorError) as err:  # SafetensorError: a truncated weights file
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise BytecanaryError(f"{target.key}: cannot load the model: {first}") from None
     info = _hf_info(target)
@@ -170,29 +190,62 @@ def pending(targets: list[Target], probes: list[Probe], out: Path) -> list[tuple
     return todo
 
 
-def probe_one(target: Target, loaded: Loaded, probe: Probe) -> dict[str, Any]:
-    """The record of one probe on one loaded checkpoint; a probe bug becomes a failed record."""
-    params = probe.fingerprint(loaded.data_dir)
+def probe_one(target: Target, loaded: Loaded, probe: Probe, prepared: Any, params: str) -> dict[str, Any]:
+    """The record of one prepared probe on one loaded checkpoint; a probe bug becomes a failed record."""
     start = time.perf_counter()
     try:
         with torch.no_grad():
-            metrics, error = probe.run(loaded.model, loaded.tokenizer, loaded.data_dir), None
+            payload = probe.compute(loaded.model, loaded.tokenizer, prepared)
+            context = {"checkpoint": target.key, "step": loaded.step, "tokens_seen": loaded.tokens_seen}
+            probe.record_context = context  # the first fields of its per-sample records
+            metrics, error = probe.aggregate(prepared, [payload]), None
     except BytecanaryError:
         raise  # bad input (eval set, tokenizer): the user must fix it
     except Exception as err:  # a probe bug must not lose the other probes' results
         metrics, error = None, f"{type(err).__name__}: {err}"
-    seconds = time.perf_counter() - start
     return make_record(
         target.key,
         loaded.step,
         loaded.tokens_seen,
         probe.name,
         metrics,
-        seconds,
+        time.perf_counter() - start,
         error,
         version=probe.version,
         params=params,
     )
+
+
+class _Session:
+    """One ``probe_targets`` call: the records file, the prepared probes (cached per tokenizer
+    and data folder) and where the new records go."""
+
+    def __init__(self, out: Path, wandb_run: Any) -> None:
+        self.out, self.wandb_run = out, wandb_run
+        self.prepared: dict[tuple, tuple[Any, str]] = {}
+        self.new: list[dict[str, Any]] = []
+
+    def prepare(self, target: Target, loaded: Loaded, probe: Probe) -> tuple[Any, str]:
+        key = (id(probe), str(loaded.data_dir), loaded.tokenizer.name_or_path, target.revision)
+        if key not in self.prepared:
+            self.prepared[key] = prepare_probe(probe, loaded.tokenizer, loaded.data_dir)
+        return self.prepared[key]
+
+    def probe(self, target: Target, loaded: Loaded, probe: Probe) -> None:
+        """Probe and append, unless another process finished the pair meanwhile."""
+        prepared, params = self.prepare(target, loaded, probe)
+        if (target.key, probe.name, probe.version, params) in completed(self.out):
+            return
+        record = probe_one(target, loaded, probe, prepared, params)
+        if not append_record(self.out, record):
+            return
+        self.new.append(record)
+        if record["error"]:
+            warn(f"probe {probe.name} on {target.key} failed: {record['error']}")
+        elif self.wandb_run is not None:
+            axes = (("tokens_seen", loaded.tokens_seen), ("step", loaded.step))
+            extra = {k: v for k, v in axes if v is not None}
+            self.wandb_run.log({**record["metrics"], **extra}, checkpoint=target.key)
 
 
 def probe_targets(
@@ -201,42 +254,52 @@ def probe_targets(
     out: Path,
     device: str | None = None,
     wandb_run: Any = None,
+    retry: bool = False,
 ) -> list[dict[str, Any]]:
-    """Probe every (target, probe) pair not yet in ``out``; returns the new records."""
+    """Probe every (target, probe) pair not yet in ``out``; returns the new records. With
+    ``retry`` (watching), a checkpoint that does not load is skipped with a warning."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     todo = pending(targets, probes, out)
     if not todo:
         print(f"nothing to do: every checkpoint and probe is already in {out}")
         return []
-    new = []
+    session = _Session(out, wandb_run)
     bar = tqdm(total=len(todo), desc="probing", unit="probe")
     for target in dict.fromkeys(t for t, _ in todo):
-        loaded = load(target, device)
-        for probe in (p for t, p in todo if t == target):
+        mine = [p for t, p in todo if t == target]
+        try:
+            loaded = load(target, device)
+        except BytecanaryError as err:
+            if not retry:
+                raise
+            warn(f"{err}; skipped, tried again when the file changes")
+            bar.update(len(mine))
+            continue
+        for probe in mine:  # every probe prepared before this model runs
+            session.prepare(target, loaded, probe)
+        for probe in mine:
             bar.set_postfix_str(f"{Path(target.path).name} {probe.name}")
-            record = probe_one(target, loaded, probe)
-            append_record(out, record)
-            new.append(record)
-            if wandb_run is not None and record["metrics"]:
-                extra = {
-                    k: v
-                    for k, v in (("tokens_seen", loaded.tokens_seen), ("step", loaded.step))
-                    if v is not None
-                }
-                wandb_run.log({**record["metrics"], **extra}, checkpoint=target.key)
+            session.probe(target, loaded, probe)
             bar.update(1)
         del loaded
     bar.close()
-    return new
+    return session.new
 
 
 def watch(folder: Path, interval: float) -> Iterator[list[Target]]:
-    """Yield the checkpoints that appeared in ``folder`` since the last look, forever."""
-    seen: set[str] = set()
+    """Yield the checkpoints that appeared or changed (size, mtime) in ``folder`` since the
+    last look, forever: a file caught half-written comes again once it is whole."""
+    seen: dict[str, tuple[int, int]] = {}
     while True:
-        fresh = [t for t in (_ckpts_in(folder) if folder.exists() else []) if t.key not in seen]
-        fresh = [t for t in fresh if Path(t.path).name != "last.ckpt"]
-        seen.update(t.key for t in fresh)
+        fresh = []
+        for target in _ckpts_in(folder) if folder.exists() else []:
+            try:
+                st = Path(target.path).stat()
+            except FileNotFoundError:  # replaced between the listing and now
+                continue
+            if Path(target.path).name != "last.ckpt" and seen.get(target.key) != (st.st_size, st.st_mtime_ns):
+                seen[target.key] = (st.st_size, st.st_mtime_ns)
+                fresh.append(target)
         yield fresh
         time.sleep(interval)
 
@@ -277,9 +340,12 @@ def run(
     ``wandb_project`` (None: no W&B) gets the metrics as they come; ``finish`` is called
     with (records path, W&B run) before that run is closed, e.g. to add cross-checkpoint
     statistics to its summary. The caller prints the summary table."""
-    out_path = Path(out)
+    out_path = check_output(out)  # now, not after hours of probing
     targets = resolve(paths, revisions) if paths else []
     built = build_probes([with_cli_params(s, trial, eval_sets or {}) for s in probes])
+    data_dir = data_dir_of(targets[0]) if targets else None  # bad inputs fail before any model loads
+    for probe in built:
+        probe.validate(data_dir)
     wandb_run = None
     if wandb_project:
         wandb_run = _start_wandb(wandb_project, out_path, {"paths": paths, "probes": probes, "trial": trial})
@@ -290,7 +356,7 @@ def run(
             try:
                 for fresh in watch(Path(watch_dir), interval):
                     if fresh:
-                        probe_targets(fresh, built, out_path, device, wandb_run)
+                        probe_targets(fresh, built, out_path, device, wandb_run, retry=True)
             except KeyboardInterrupt:
                 print("stopped watching")
         if wandb_run is not None and finish is not None:

@@ -13,8 +13,10 @@ then a character boundary (section 3.2.2).
 Prompts start with the document separator (eos by default, what training showed the
 model between documents), then the tokenizer's own leading-space token when it prepends
 one (SentencePiece's ``▁``, as in any encoded text), then the byte tokens. The paper's
-tool used the byte token ``<0x20>`` for that space; a ``▁``-prefixed text never encodes
-that way, so we use ``▁``.
+tool used no separator and the byte token ``<0x20>`` for that space; a ``▁``-prefixed text
+never encodes that way, so we use ``▁``. ``prefix="byte_space"`` reproduces the tool's
+prompt ids, to compare with its numbers: the byte token for 0x20 takes the place of the
+separator (and, in Level 0, of the ``▁``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from probes.engine import Sampling, generate
 from probes.registry import Probe
 
 SPACE = "▁"
+PREFIXES = ("eos", "bos", "none", "byte_space")  # what stands before every prompt
+BYTE_SPACE = "byte_space"
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class Utf8Sample:
     char: str
     k: int  # prompt holds the first k bytes of ``char``
     tier: str | None
+    item_id: str  # the eval-set entry: ``<lang>:U+XXXX`` (Level 0), ``<file>[<index>]`` (Level 1)
     prompt_ids: tuple[int, ...]
     prompt_bytes: bytes
     gold_ids: tuple[int, ...]  # the remainder as byte tokens (empty when k = len)
@@ -67,10 +72,14 @@ class DecodeConfig:
     batch_size: int = 256
     alpha: float = 0.1
     sampling: Sampling = field(default_factory=Sampling)
-    prefix: str = "eos"  # "eos", "bos" or "none": the token before the prompt
+    prefix: str = "eos"  # one of PREFIXES: what stands before the prompt
 
 
-def prefix_ids(tokenizer: Any, prefix: str) -> list[int]:
+def prefix_ids(tokenizer: Any, codec: ByteCodec, prefix: str) -> list[int]:
+    """The ids before every prompt: the document separator (eos, bos), nothing, or the byte
+    token for 0x20 (``byte_space``, the paper tool's convention)."""
+    if prefix == BYTE_SPACE:
+        return codec.encode_bytes(b" ")
     token_id = {"eos": tokenizer.eos_token_id, "bos": tokenizer.bos_token_id, "none": None}[prefix]
     return [] if token_id is None else [int(token_id)]
 
@@ -91,6 +100,7 @@ def byte_prefix_sample(
     char: str,
     k: int,
     tier: str | None,
+    item_id: str,
 ) -> Utf8Sample:
     data = char.encode("utf-8")
     return Utf8Sample(
@@ -98,6 +108,7 @@ def byte_prefix_sample(
         char=char,
         k=k,
         tier=tier,
+        item_id=item_id,
         prompt_ids=(*head_ids, *codec.encode_bytes(data[:k])),
         prompt_bytes=head_bytes + data[:k],
         gold_ids=tuple(codec.encode_bytes(data[k:])),
@@ -220,14 +231,21 @@ def group_metrics(r: dict[str, np.ndarray], mask: np.ndarray, term_match: bool) 
     return out
 
 
-def write_records(path: str | Path, probe: str, samples: list[Utf8Sample], r: dict[str, np.ndarray]) -> None:
-    """One JSON line per sample: the prompt, what was generated, and its scores."""
+def write_records(
+    path: str | Path,
+    probe: str,
+    samples: list[Utf8Sample],
+    r: dict[str, np.ndarray],
+    context: dict[str, Any],
+) -> None:
+    """One JSON line per sample: ``context`` (checkpoint, step, ...), the sample, what was
+    generated and its scores; (checkpoint, item_id, k) names a row."""
     with open(path, "a", encoding="utf-8") as f:
         for i, s in enumerate(samples):
             n = int(r["lengths"][i])
-            row = {k: v for k, v in asdict(s).items() if k not in ("prompt_bytes", "remainder")}
+            row = {**context, "probe": probe}
+            row.update({k: v for k, v in asdict(s).items() if k not in ("prompt_bytes", "remainder")})
             row.update(
-                probe=probe,
                 prompt_bytes=s.prompt_bytes.hex(),
                 remainder=s.remainder.hex(),
                 generated_ids=r["tokens"][i, :n].tolist(),
@@ -246,6 +264,7 @@ class Utf8Probe(Probe):
 
     term_match: ClassVar[bool] = False  # report Term Match: the exact remainder, then a boundary
     eval_set_pattern: ClassVar[str] = ""  # the probe's eval-set files in <data_dir>/evalsets/
+    read_eval_set: ClassVar[Callable[[Path], list]]  # one eval-set file, checked entry by entry
 
     def __init__(
         self,
@@ -273,19 +292,29 @@ class Utf8Probe(Probe):
             max_new_tokens: tokens generated after each prompt (T).
             alpha: EMA weight of V_ema.
             temperature, top_k, top_p, seed: sampling; temperature 0 is greedy.
-            prefix: token before each prompt: "eos" (document separator), "bos" or "none".
+            prefix: what stands before each prompt: "eos" (document separator), "bos", "none",
+                or "byte_space" (the paper tool's byte token for 0x20, no separator).
             records: append one JSON line per sample to this file.
         """
-        if prefix not in ("eos", "bos", "none"):
-            raise ValueError(f"prefix must be eos, bos or none, got {prefix!r}")
+        if prefix not in PREFIXES:
+            raise ValueError(f"prefix must be one of {', '.join(PREFIXES)}, got {prefix!r}")
         self.trial, self.per_language, self.eval_sets = trial, per_language, eval_sets
         self.languages, self.seed, self.records = languages, seed, records
+        self.record_context: dict[str, Any] = {}
+        """Fields every per-sample record starts with, set by the caller before ``aggregate``:
+        ``{"checkpoint": ..., "step": ..., "tokens_seen": ...}``."""
         self.cfg = DecodeConfig(
             max_new_tokens, batch_size, alpha, Sampling(temperature, top_k, top_p, seed), prefix
         )
 
     def eval_files(self, data_dir: Path | None) -> list[Path]:
         return eval_set_files(self.eval_sets, data_dir, self.eval_set_pattern)
+
+    def validate(self, data_dir: Path | None) -> None:
+        """Read every eval set, so a missing or malformed file stops a run (one line naming
+        the file and field) before any model is loaded."""
+        for path in self.eval_files(data_dir):
+            self.read_eval_set(path)
 
     def groups(self, samples: list[Utf8Sample]) -> Iterator[tuple[Callable[[str], str], np.ndarray]]:
         """(metric name -> key, mask) of every reported group of samples."""
@@ -297,7 +326,7 @@ class Utf8Probe(Probe):
     def aggregate(self, prepared: Prepared, payloads: list[dict[str, np.ndarray]]) -> dict[str, float]:
         r = merge_shards(payloads)
         if self.records:
-            write_records(self.records, self.name, prepared.samples, r)
+            write_records(self.records, self.name, prepared.samples, r, self.record_context)
         out: dict[str, float] = {}
         for key, mask in self.groups(prepared.samples):
             out.update({key(m): v for m, v in group_metrics(r, mask, self.term_match).items()})

@@ -149,7 +149,8 @@ def micro(tmp_path, small_data) -> Path:
     return path
 
 
-DDP_2_CPU = ("--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp")
+DDP_PRESET = Path(__file__).resolve().parents[1] / "configs" / "strategy" / "ddp.yaml"
+DDP_2_CPU = ("--trainer.accelerator", "cpu", "--trainer.devices", "2", "--config", str(DDP_PRESET))
 
 
 def train_cmd(config: Path, *args: str) -> list[str]:

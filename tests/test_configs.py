@@ -1,6 +1,7 @@
 """Every YAML preset in configs/ parses, its probes included, and a wrong probe parameter
 is one line naming the file, the probe and the parameter before anything is trained."""
 
+import pydoc
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from bytecanary.data.config import DataConfig
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = sorted((ROOT / "configs").glob("*.yaml"))
 DATA = sorted((ROOT / "configs" / "data").glob("*.yaml"))
+STRATEGIES = sorted((ROOT / "configs" / "strategy").glob("*.yaml"))
 
 
 def parse_only(args: list[str]):
@@ -33,6 +35,23 @@ def test_training_config_parses_with_its_probes(path):
     built = [p.name for p in cli.probe_callback.probes] if cli.probe_callback else []
     assert built == declared
     assert cli.config["model"]["arch"]["n_positions"] == cli.config["data"]["seq_len"]
+
+
+@pytest.mark.parametrize("path", STRATEGIES, ids=lambda p: p.name)
+def test_strategy_preset_composes_with_a_model_config(path):
+    """``--config <model> --config configs/strategy/<s>.yaml`` sets Lightning's strategy, which
+    builds on this CPU (FSDP itself runs on GPUs only: benchmarks/gpu_check.py), and leaves
+    the model config alone."""
+    from lightning.pytorch.strategies import FSDPStrategy, ParallelStrategy
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    cli = parse_only(["--config", str(ROOT / "configs" / "tiny.yaml"), "--config", str(path)])
+    spec = cli.config["trainer"]["strategy"]
+    strategy = pydoc.locate(spec.class_path)(**vars(spec.init_args))
+    assert isinstance(strategy, ParallelStrategy)
+    if isinstance(strategy, FSDPStrategy):
+        assert spec.init_args.auto_wrap_policy == {GPT2Block} and spec.init_args.state_dict_type == "full"
+    assert cli.config["model"]["arch"]["n_layer"] == 4 and cli.config["trainer"]["precision"] == "32-true"
 
 
 @pytest.mark.parametrize("path", DATA, ids=lambda p: p.name)

@@ -73,16 +73,86 @@ def test_correlations_against_scipy():
     assert math.isnan(stats.pearson_r([1, 1, 1], [1, 2, 3]))
 
 
-def test_convergence_point():
-    x = np.arange(10) * 1000.0
-    ppl = np.array([100, 60, 40, 30, 22, 20.5, 20.2, 19.9, 20.1, 20.0])
-    # plateau = mean of last point (10% of 10) = 20.0; band [19, 21]; 22 at x=4000 is outside
-    assert stats.convergence_point(x, ppl, rtol=0.05) == 5000.0
-    validity = np.array([0.1, 0.5, 0.7, 0.9, 0.95, 0.97, 0.99, 1.0, 0.99, 1.0])
-    assert stats.convergence_point(x, validity, rtol=0.02) == 6000.0  # band [0.98, 1.02]
-    assert stats.convergence_point(x, np.linspace(1, 10, 10), rtol=0.01, tail=0.3) is None
-    with pytest.raises(ValueError):
-        stats.convergence_point([], [])
+# checkpoints of a 1,500-step tiny run: steps 1, 2, 4, ..., 128, then every 50; 4,096 tokens a step
+TOKENS = np.array(sorted({2**i for i in range(8)} | set(range(50, 1501, 50)))) * 4096.0
+N_SAMPLES = 1024
+
+
+def _binomial_se(p: np.ndarray) -> np.ndarray:
+    return np.sqrt(p * (1 - p) / N_SAMPLES)
+
+
+def _noisy(mean: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A validity curve as a probe measures it: each point off by its binomial noise."""
+    y = mean + np.random.default_rng(seed).normal(0, _binomial_se(mean))
+    return TOKENS, y, _binomial_se(y)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_flat_noise_is_no_change(seed):
+    verdict = stats.detect_convergence(*_noisy(np.full(len(TOKENS), 0.87), seed))
+    assert verdict.state == stats.NO_CHANGE and verdict.converged_at is None
+    assert verdict.describe().startswith("shows no change beyond noise (noise 0.01")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_rise_still_going_at_the_end_is_still_moving(seed):
+    """0.1 per decade of tokens to the end: the last checkpoints alone look flat (a short
+    span on a log axis), yet they are not evidence the rise has stopped."""
+    verdict = stats.detect_convergence(*_noisy(0.3 + 0.1 * np.log10(TOKENS / TOKENS[0]), seed))
+    assert verdict.state == stats.MOVING and verdict.converged_at is None
+    assert verdict.slope == pytest.approx(0.1, abs=3 * verdict.slope_se)
+    assert verdict.describe().startswith("is still moving at the end of the run")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sigmoid_rise_then_plateau_converges_where_it_flattens(seed):
+    mean = 0.3 + 0.6 / (1 + np.exp(-(np.log10(TOKENS) - np.log10(4e5)) / 0.08))
+    # where the rise left to go first falls under twice the noise of a point
+    expected = int(np.argmax(0.9 - mean < 2 * _binomial_se(mean)))
+    verdict = stats.detect_convergence(*_noisy(mean, seed))
+    assert verdict.state == stats.CONVERGED
+    assert abs(list(TOKENS).index(verdict.converged_at) - expected) <= 1
+    assert abs(verdict.slope) <= 2 * verdict.slope_se and verdict.moved > 10
+
+
+def _log_ppl(knee: float, seed: int) -> np.ndarray:
+    """Log perplexity falling linearly in tokens to 20 at ``knee``, then flat, with jitter."""
+    ppl = np.where(knee <= TOKENS, 20.0, 20.0 + 2000.0 * (knee - TOKENS) / knee)
+    return np.log(ppl) + np.random.default_rng(seed).normal(0, 0.01, len(TOKENS))
+
+
+def test_perplexity_noise_comes_from_the_curve():
+    assert stats.curve_noise(TOKENS, _log_ppl(1e6, 0)) == pytest.approx(0.01, rel=0.35)
+    line = 3.0 - 0.5 * np.log10(TOKENS)
+    assert stats.curve_noise(TOKENS, line) == pytest.approx(0.0, abs=1e-12)  # a trend is not noise
+    verdict = stats.detect_convergence(TOKENS, _log_ppl(1e6, 0))
+    assert verdict.state == stats.CONVERGED and verdict.converged_at == pytest.approx(1e6, rel=0.25)
+
+
+def _step_validity(knee: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    mean = np.where(knee <= TOKENS, 0.9, 0.3 + 0.5 * TOKENS / knee)
+    return _noisy(mean, seed)
+
+
+def test_ratio_and_its_ci_on_a_known_pair():
+    validity, ppl = _step_validity(2 * 614_400, 1), (TOKENS, _log_ppl(614_400, 1), None)
+    estimate = stats.convergence_ratio(validity, ppl, n_resamples=300)
+    assert estimate.value == pytest.approx(2.0)
+    assert estimate.lo <= 2.0 <= estimate.hi and estimate.hi - estimate.lo < 0.5
+    assert estimate.both_converged > 0.9
+    flat = _noisy(np.full(len(TOKENS), 0.87), 0)
+    assert stats.convergence_ratio(flat, ppl) is None  # no ratio from a curve that did not move
+
+
+def test_detector_refuses_unusable_input():
+    for x, y in (
+        ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]),
+        ([0.0, 1.0, 2.0, 3.0], [1.0] * 4),
+        ([1.0] * 4, [1.0] * 3),
+    ):
+        with pytest.raises(ValueError):
+            stats.detect_convergence(x, y)
 
 
 def _residualise(v, design):

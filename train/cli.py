@@ -9,6 +9,7 @@ gets config.yaml, checkpoints/, metrics.jsonl, probes.jsonl and wandb/
 
 from __future__ import annotations
 
+import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +20,15 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import atomic_path
+from bytecanary.io import atomic_path, check_output, remove_stale_temps
 from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis, finish_wandb
 from probes.callback import ProbeCallback
-from train.checkpointing import AtomicCheckpointIO, ScheduledCheckpoint
+from train.checkpointing import AtomicCheckpointIO, ScheduledCheckpoint, keep_tokenizer, latest_checkpoint
 from train.datamodule import ShardDataModule
 from train.loggers import JsonlLogger, TruncateMetricsOnStart, make_wandb_logger
+from train.model import ArchConfig, OptimConfig
 from train.module import ByteLM
+from train.throughput import PerfMonitor
 
 
 @dataclass
@@ -73,14 +76,24 @@ class BytecanaryCLI(LightningCLI):
         parser.link_arguments("data.eos_token_id", "model.eos_token_id", apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
-        """Build the probes before anything else, so a wrong probe parameter in a YAML is
-        one line naming the file, the probe and the parameter, before a step is trained."""
+        """Check the values, the run folder and the probes before anything is built or written:
+        a bad flag (``--model.optim.lr=-1``), an output path under a file, a wrong probe
+        parameter or a missing eval set is one line naming it, and no run folder is touched."""
+        for group, cls in CHECKED_GROUPS.items():
+            try:
+                cls(**self.config[group].as_dict())
+            except ValueError as err:  # the message starts with the field
+                raise BytecanaryError(f"{group}.{err}") from None
+        run = self.run_config()
         self.probe_callback = None
         if self.config["probes"]:
-            run = self.run_config()
             self.probe_callback = ProbeCallback(
                 self.config["probes"], run.probe_every_tokens, run.probe_strict, source=self._probes_source()
             )
+            data_dir = Path(self.config["data"]["data_dir"])
+            if (data_dir / "tokenizer").is_dir():  # else the data module says what is missing
+                self.probe_callback.prepare(data_dir / "tokenizer", data_dir)
+        check_output(run.dir, folder=True)  # last: a bad config above leaves no run folder behind
 
     def _probes_source(self) -> str:
         """The last ``--config`` file that sets ``probes`` (later files win), else the flag."""
@@ -108,6 +121,7 @@ class BytecanaryCLI(LightningCLI):
         if self.probe_callback is not None:  # after the checkpoint callback: probes see saved weights
             callbacks.append(self.probe_callback)
         callbacks.append(TruncateMetricsOnStart())
+        callbacks.append(PerfMonitor())  # perf/tokens_per_s, perf/samples_per_s, perf/mfu
         kwargs.update(
             default_root_dir=str(run.dir),
             logger=loggers,
@@ -129,11 +143,7 @@ TRAINER_DEFAULTS = {
 }
 
 
-def latest_checkpoint(folder: Path) -> Path | None:
-    """The most recently written checkpoint: last.ckpt, or a step file when a crash came
-    between writing it and updating last.ckpt (writes are atomic, so mtimes order them)."""
-    ckpts = list(folder.glob("*.ckpt"))
-    return max(ckpts, key=lambda p: (p.stat().st_mtime_ns, p.name == "last.ckpt")) if ckpts else None
+CHECKED_GROUPS = {"model.arch": ArchConfig, "model.optim": OptimConfig}  # validated before building
 
 
 def make_cli(args: list[str] | None, cli_class: type[BytecanaryCLI] = BytecanaryCLI) -> BytecanaryCLI:
@@ -141,6 +151,7 @@ def make_cli(args: list[str] | None, cli_class: type[BytecanaryCLI] = Bytecanary
     # `bytecanary train ...` passes its own argv; sys.argv stays whole for DDP's re-launch
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
     warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*")  # Lightning 2.6 on torch 2.13: noise
+    logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # config.yaml has it
     return cli_class(
         ByteLM,
         ShardDataModule,
@@ -154,29 +165,43 @@ def make_cli(args: list[str] | None, cli_class: type[BytecanaryCLI] = Bytecanary
     )
 
 
+def resume_from(run: RunConfig) -> Path | None:
+    """The checkpoint to continue from (the newest that loads), or None for a fresh run;
+    ``run.resume`` must fit what the run folder holds."""
+    folder = run.dir / "checkpoints"
+    if not run.resume:
+        if any(folder.glob("*.ckpt")):
+            raise BytecanaryError(
+                f"{run.dir} already holds checkpoints: pass --run.resume=true to continue it, "
+                "or choose another --run.name"
+            )
+        return None
+    last = latest_checkpoint(folder)
+    if last is None:
+        raise BytecanaryError(f"run.resume: no loadable checkpoint to resume in {folder}")
+    return last
+
+
 def main(args: list[str] | None = None) -> int:
     cli = make_cli(args)
     run = cli.run_config()
-    last = latest_checkpoint(run.dir / "checkpoints")
-    if run.resume and last is None:
-        raise BytecanaryError(f"run.resume: no checkpoint to resume in {run.dir / 'checkpoints'}")
-    if not run.resume and last is not None:
-        raise BytecanaryError(
-            f"{run.dir} already holds checkpoints: pass --run.resume=true to continue it, "
-            "or choose another --run.name"
-        )
+    last = resume_from(run)
     trainer = cli.trainer
     config = cli.parser.dump(cli.config, skip_none=False)
     if trainer.is_global_zero:
+        stale = [p for folder in (run.dir, run.dir / "checkpoints") for p in remove_stale_temps(folder)]
+        if stale:
+            rank_zero_info(f"removed {len(stale)} temp files left by a killed run in {run.dir}")
         with atomic_path(run.dir / "config.yaml") as tmp:
             tmp.write_text(config, encoding="utf-8")
+    cli.model.tokenizer_path = keep_tokenizer(cli.datamodule.tokenizer_dir, run.dir, trainer.is_global_zero)
     cli.model.run_config = yaml.safe_load(config)  # plain types: checkpoints stay weights_only
     wandb_logger = next((lg for lg in trainer.loggers if not isinstance(lg, JsonlLogger)), None)
     try:
         if wandb_logger is not None and trainer.is_global_zero:
             define_tokens_seen_axis(wandb_logger.experiment)
             wandb_logger.log_hyperparams(cli.model.run_config)
-        trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=str(last) if run.resume else None)
+        trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=str(last) if last else None)
     finally:
         if wandb_logger is not None and trainer.is_global_zero:
             sync = finish_wandb()

@@ -9,7 +9,6 @@ uninterrupted run would have seen. Languages are drawn by the mixture weights.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 
 from bytecanary.data.shards import open_split
 from bytecanary.errors import BytecanaryError
+from bytecanary.io import read_json
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -44,7 +44,8 @@ def sample_windows(
 
 
 class ShardBatches:
-    """Endless training batches of one rank, starting at batch ``start``."""
+    """Endless training batches of one rank, starting at batch ``start``. With ``pin_memory``
+    (training on CUDA) they are page-locked: a copy from pageable memory waits for the GPU."""
 
     def __init__(
         self,
@@ -56,8 +57,10 @@ class ShardBatches:
         rank: int = 0,
         world: int = 1,
         start: int = 0,
+        pin_memory: bool = False,
     ) -> None:
         self.shards, self.seq_len, self.batch_size = shards, seq_len, batch_size
+        self.pin_memory = pin_memory
         self.seed, self.rank, self.world, self.start = seed, rank, world, start
         self.cum_weights = np.cumsum(weights) / np.sum(weights)
         self.sizes = np.array([len(s) for s in shards], dtype=np.int64)
@@ -69,7 +72,8 @@ class ShardBatches:
         lang, starts = sample_windows(self.seed, idx, self.cum_weights, self.sizes, span)
         rows = [self.shards[li][s : s + span] for li, s in zip(lang, starts, strict=True)]
         ids_BT = torch.from_numpy(np.stack(rows).astype(np.int64))
-        return {"input_ids": ids_BT, "lang": torch.from_numpy(lang.astype(np.int64))}
+        batch = {"input_ids": ids_BT, "lang": torch.from_numpy(lang.astype(np.int64))}
+        return {k: v.pin_memory() for k, v in batch.items()} if self.pin_memory else batch
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         k = self.start
@@ -113,6 +117,9 @@ class ShardDataModule(L.LightningDataModule):
             seed: seed of the sample order (a pure function of seed and sample index).
         """
         super().__init__()
+        for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("val_tokens", val_tokens)):
+            if value < 1:
+                raise BytecanaryError(f"data.{name}: must be >= 1, got {value}")
         self.data_dir = Path(data_dir)
         index_path = self.data_dir / "shards" / "index.json"
         if not index_path.exists():
@@ -120,7 +127,7 @@ class ShardDataModule(L.LightningDataModule):
                 f"data.data_dir: no prepared data at {self.data_dir} (missing {index_path}); "
                 "run `bytecanary prepare --config configs/data/default.yaml` first"
             )
-        self.index = json.loads(index_path.read_text(encoding="utf-8"))
+        self.index = read_json(index_path)
         self.languages = list(self.index["languages"])
         weights = mixture or {lang: e["train"]["share"] for lang, e in self.index["languages"].items()}
         unknown = set(weights) - set(self.languages)
@@ -132,10 +139,13 @@ class ShardDataModule(L.LightningDataModule):
         self.tokenizer_dir = self.data_dir / "tokenizer"
         self.batch_size, self.seq_len = batch_size, seq_len
         self.val_tokens, self.seed = val_tokens, seed
+        for split in ("train", "val"):  # a cut-off shard is an error now, not half the data later
+            self._open(split)
 
     def _open(self, split: str) -> list[np.memmap]:
         shards = [
-            open_split(self.data_dir / "shards", lang, split, self.index["dtype"]) for lang in self.languages
+            open_split(self.data_dir / "shards", lang, split, self.index["dtype"], e[split])
+            for lang, e in self.index["languages"].items()
         ]
         for lang, shard in zip(self.languages, shards, strict=True):
             if len(shard) <= self.seq_len + 1:
@@ -155,6 +165,7 @@ class ShardDataModule(L.LightningDataModule):
             rank,
             world,
             start,
+            pin_memory=trainer is not None and trainer.strategy.root_device.type == "cuda",
         )
 
     def val_dataloader(self) -> Batches:

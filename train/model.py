@@ -30,8 +30,11 @@ class ArchConfig:
     """Dropout on embeddings, attention and residuals (0 for pretraining, as nanoGPT)."""
 
     def __post_init__(self) -> None:
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        for name in ("n_layer", "n_head", "n_embd", "n_positions"):
+            _check(getattr(self, name) >= 1, name, "must be >= 1", getattr(self, name))
+        divisible = self.n_embd % self.n_head == 0
+        _check(divisible, "n_embd", f"must be divisible by n_head ({self.n_head})", self.n_embd)
+        _check(0 <= self.dropout < 1, "dropout", "must be in [0, 1)", self.dropout)
 
 
 @dataclass
@@ -47,6 +50,20 @@ class OptimConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     warmup_steps: int = 100
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, "lr", "must be > 0", self.lr)
+        _check(0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "must be in [0, 1]", self.min_lr_ratio)
+        _check(self.weight_decay >= 0, "weight_decay", "must be >= 0", self.weight_decay)
+        for name in ("beta1", "beta2"):
+            _check(0 <= getattr(self, name) < 1, name, "must be in [0, 1)", getattr(self, name))
+        _check(self.warmup_steps >= 0, "warmup_steps", "must be >= 0", self.warmup_steps)
+
+
+def _check(ok: bool, field: str, rule: str, value: object) -> None:
+    """A ``ValueError`` that starts with the field's name, so the CLI can name the flag."""
+    if not ok:
+        raise ValueError(f"{field}: {rule}, got {value!r}")
 
 
 def gpt2_config(arch: ArchConfig, vocab_size: int, eos_token_id: int | None = None) -> GPT2Config:

@@ -2,8 +2,9 @@
 
 ``tokens_seen`` counts real target tokens summed over all ranks and is logged with every
 metric dict (as is ``step``, the optimizer steps done), so every chart can use it as its
-x-axis. Checkpoints carry step, tokens_seen, the resolved config, the tokenizer path and
-the RNG state, so a resumed run continues bit for bit.
+x-axis. Checkpoints carry step, tokens_seen, the resolved config, the tokenizer path (the
+run's own copy, relative to the checkpoint), the data folder and the RNG state, so a
+resumed run continues bit for bit and a moved run folder still loads.
 
 Shape suffixes: B batch, T time (tokens), V vocabulary, L languages.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -27,6 +29,7 @@ from train.model import (
     lr_lambda,
     param_groups,
 )
+from train.throughput import flops_per_token
 
 
 def _as(cls: type, value: Any) -> Any:
@@ -67,10 +70,15 @@ class ByteLM(L.LightningModule):
         )
         self.model = build_model(self.arch, vocab_size, eos_token_id)
         self.compile = compile
+        self.flops_per_token = flops_per_token(self.model)
+        self.flops_per_batch: int | None = None  # of the last training batch, for perf/mfu
         self.tokens_seen = 0
         self.train_row: dict[str, Any] | None = None  # the last step's train metrics
         self.run_config: dict[str, Any] = {}  # the resolved CLI config, stored in checkpoints
+        # where checkpoints say the tokenizer is: relative to their own folder (the run's copy,
+        # set by the CLI) or, by default, the data folder's, absolute
         self.tokenizer_path: str | None = None
+        self.data_dir: str | None = None  # absolute: the eval sets the probes read
         self.languages: list[str] = []
 
     def configure_model(self) -> None:
@@ -81,7 +89,8 @@ class ByteLM(L.LightningModule):
         dm = self.trainer.datamodule
         if dm is not None:
             self.languages = list(dm.languages)
-            self.tokenizer_path = str(dm.tokenizer_dir)
+            self.tokenizer_path = self.tokenizer_path or str(Path(dm.tokenizer_dir).resolve())
+            self.data_dir = str(Path(dm.data_dir).resolve())
             self._tokenizer_hash = dm.index["tokenizer_hash"]
 
     def on_fit_start(self) -> None:
@@ -100,8 +109,9 @@ class ByteLM(L.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss_BT = self._loss_BT(batch)
-        local = torch.tensor(float(loss_BT.numel()), device=self.device)
-        self.tokens_seen += int(self.trainer.strategy.reduce(local, reduce_op="sum").item())
+        # every rank trains a batch of the same shape, so no all-reduce (a host sync) is needed
+        self.tokens_seen += loss_BT.numel() * self.trainer.world_size
+        self.flops_per_batch = self.flops_per_token * loss_BT.numel()
         loss = loss_BT.mean()
         lr = self.optimizers().param_groups[0]["lr"]
         self.log_dict(
@@ -153,6 +163,7 @@ class ByteLM(L.LightningModule):
             param_groups(self.model, self.optim.weight_decay),
             lr=self.optim.lr,
             betas=(self.optim.beta1, self.optim.beta2),
+            fused=self.device.type == "cuda",  # a few fused kernels per step instead of per-tensor ones
         )
         total = self.trainer.max_steps  # not estimated_stepping_batches (Lightning #20550)
         sched = torch.optim.lr_scheduler.LambdaLR(
@@ -166,6 +177,7 @@ class ByteLM(L.LightningModule):
             "tokens_seen": self.tokens_seen,
             "config": self.run_config,
             "tokenizer_path": self.tokenizer_path,
+            "data_dir": self.data_dir,
             "tokenizer_hash": getattr(self, "_tokenizer_hash", None),
             "gpt2_config": self._plain_model().config.to_dict(),
             "rng": torch.get_rng_state(),

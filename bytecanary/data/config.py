@@ -45,19 +45,48 @@ class DatasetSource:
 
 
 @dataclass
+class DebianSource:
+    """HTML pages inside Debian packages, e.g. LibreOffice's help (MPL-2.0, professionally
+    translated, the same pages in every language): fetched with ``apt-get download`` and
+    unpacked with ``dpkg-deb -x`` into a cache, nothing installed. One page is one document."""
+
+    packages: list[str]
+    """Package names (``libreoffice-help-ja``)."""
+    paths: list[str]
+    """Globs of the pages inside the unpacked packages
+    (``usr/share/libreoffice/help/ja/text/**/*.html``). A page's key is its path below the
+    glob's fixed folders (``swriter/guide/auto_off.html``), the same for every translation,
+    and the key alone decides the page's split."""
+    min_script_share: float = 0.5
+    """Keep a line only when at least this share of its letters is in the language's script
+    (drops untranslated English in the CJK pages)."""
+    cache_dir: str | None = None
+    """Where unpacked packages are kept (None: ``$XDG_CACHE_HOME/bytecanary/debian``, by
+    default ``~/.cache/bytecanary/debian``)."""
+
+    def __post_init__(self) -> None:
+        if not self.packages or not self.paths:
+            raise ValueError("packages and paths must each name at least one entry")
+        if not 0 <= self.min_script_share <= 1:
+            raise ValueError("min_script_share must be in [0, 1]")
+
+
+@dataclass
 class SourceConfig:
-    """Where one language's text comes from: exactly one of ``synthetic`` or ``dataset``."""
+    """Where one language's text comes from: exactly one of ``synthetic``, ``dataset`` or
+    ``debian``."""
 
     language: str
     synthetic: SyntheticSource | None = None
     dataset: DatasetSource | None = None
+    debian: DebianSource | None = None
 
     def __post_init__(self) -> None:
         if self.language not in LANGUAGES:
             known = ", ".join(LANGUAGES)
             raise ValueError(f"language: unknown language {self.language!r} (known: {known})")
-        if (self.synthetic is None) == (self.dataset is None):
-            raise ValueError("give exactly one of 'synthetic' or 'dataset'")
+        if sum(s is not None for s in (self.synthetic, self.dataset, self.debian)) != 1:
+            raise ValueError("give exactly one of 'synthetic', 'dataset' or 'debian'")
 
 
 @dataclass
@@ -107,8 +136,9 @@ class EvalSetConfig:
             raise ValueError("eval.tier_mass must be two shares with 0 < first < second < 1")
         if self.tier_budget is not None and self.tier_budget not in self.snapshot_tokens:
             raise ValueError("eval.tier_budget must be one of eval.snapshot_tokens")
-        if self.wordcomp_per_language < 1:
-            raise ValueError("eval.wordcomp_per_language must be at least 1")
+        for name in ("max_per_tier", "level1_per_language", "wordcomp_per_language"):
+            if getattr(self, name) < 1:  # 0 would write empty eval sets
+                raise ValueError(f"eval.{name} must be at least 1, got {getattr(self, name)}")
 
 
 @dataclass
@@ -121,7 +151,9 @@ class DataConfig:
     sources: list[SourceConfig]
     seed: int = 0
     val_fraction: float = 0.02
-    """Share of documents held out for validation and Level 1; never trained on."""
+    """Share of documents held out for validation and Level 1; never trained on. Documents
+    with a key (``debian`` pages) are held out by a hash of the seed and the key, so a page
+    and its translations always share a split."""
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     eval: EvalSetConfig = field(default_factory=EvalSetConfig)
     encode_batch: int = 512

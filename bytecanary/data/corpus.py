@@ -1,5 +1,6 @@
-"""Corpus sources: the embedded synthetic text, and anything ``datasets`` can load.
+"""Corpus sources: real text from Debian packages, synthetic text, anything ``datasets`` loads.
 
+The default corpus is LibreOffice's help pages from Debian (``bytecanary.data.debian``).
 The synthetic source samples words from ``wordfreq``'s ranked lists by their real
 frequencies into sentences and paragraphs with each language's punctuation and spacing
 (no spaces between Japanese or Chinese words), so character counts get the long tail of
@@ -9,16 +10,36 @@ rare CJK characters the UTF-8 probes need. Everything is seeded: same config, sa
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from bytecanary.data.config import DatasetSource, SourceConfig, SyntheticSource
+from bytecanary.data.debian import debian_documents
 from bytecanary.data.languages import LANGUAGES, Language, is_word_of
 from bytecanary.errors import BytecanaryError
+
+
+@dataclass(frozen=True)
+class Document:
+    """One corpus document. ``key`` names a document that has translations in other
+    languages (a help page's path); it alone decides the document's split."""
+
+    text: str
+    key: str | None = None
+
+
+def held_out(key: str, seed: int, val_fraction: float) -> bool:
+    """Whether the document with this key is validation: a seeded hash of the key below
+    ``val_fraction``, so a page and its translations land in the same split."""
+    digest = hashlib.sha256(f"{seed}:val:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < val_fraction
+
 
 _WORDLISTS = ("large", "best")
 
@@ -134,11 +155,24 @@ def dataset_documents(src: DatasetSource, where: str) -> Iterator[str]:
         raise BytecanaryError(f"{where}: the source produced no documents")
 
 
-def source_documents(src: SourceConfig, index: int, seed: int) -> Iterator[str]:
+def source_documents(src: SourceConfig, index: int, seed: int) -> Iterator[Document]:
+    """The source's documents; only ``debian`` pages carry a key."""
     where = f"sources[{index}] ({src.language})"
+    lang = LANGUAGES[src.language]
+    if src.debian is not None:
+        return (Document(text, key) for key, text in debian_documents(src.debian, lang, seed, where))
     if src.synthetic is not None:
-        return synthetic_documents(LANGUAGES[src.language], src.synthetic, seed)
-    return dataset_documents(src.dataset, where)
+        return map(Document, synthetic_documents(lang, src.synthetic, seed))
+    return map(Document, dataset_documents(src.dataset, where))
+
+
+def source_name(src: SourceConfig) -> str:
+    """How ``index.json`` and the demo name a source."""
+    if src.debian is not None:
+        return f"debian({', '.join(src.debian.packages)})"
+    if src.synthetic is not None:
+        return f"synthetic(wordfreq, {src.synthetic.megabytes} MB)"
+    return f"{src.dataset.path}" + (f"/{src.dataset.name}" if src.dataset.name else "")
 
 
 def read_documents(path: Path) -> Iterator[str]:

@@ -11,7 +11,11 @@ frequency. Level 1: held-out sentences that reach a rare or unseen character, cu
 after it, topped up with template sentences when held-out text runs short.
 
 Files use the paper's published formats, so the paper's own eval files load too;
-malformed entries are rejected with their index.
+malformed entries are rejected with their index. The published Level 0 files have no
+language field and mix languages (one holds zh, ko and other scripts side by side): there a
+character's language comes from its Unicode block (Hangul ko, kana ja, Han zh) and the rest
+form the group ``other``. A file that names its language (a top-level ``language``, as our
+own files do, or a code in its name, ``level0_ja.json``) holds that language only.
 """
 
 from __future__ import annotations
@@ -191,50 +195,72 @@ def checked_entry(item: object, where: str, required: tuple[str, ...]) -> dict:
     return item
 
 
-def _language_of(path: Path, data: dict) -> str:
-    if data.get("language") in LANGUAGES:
-        return data["language"]
-    for token in re.split(r"[^a-z]+", path.stem.lower()):
-        if token in LANGUAGES:
-            return token
-    raise BytecanaryError(
-        f'{path}: cannot tell the language: add a top-level "language" '
-        f"({', '.join(LANGUAGES)}) or put the code in the file name (level0_ja.json)"
-    )
+# Unicode blocks that name a character's language in a file that mixes languages (as the
+# paper's own tool grouped them: kanji count as zh); everything else is OTHER
+SCRIPT_LANGUAGES = (
+    ("ko", [(0x1100, 0x11FF), (0x3130, 0x318F), (0xA960, 0xA97F), (0xAC00, 0xD7FF)]),  # Hangul
+    ("ja", [(0x3040, 0x30FF), (0x31F0, 0x31FF), (0xFF65, 0xFF9F), (0x1B000, 0x1B16F)]),  # kana
+    ("zh", [(0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x323AF)]),  # Han
+)
+OTHER = "other"
 
 
-def load_level0(path: str | Path) -> Level0Set:
-    """Read a Level 0 file in the published format, checking every entry."""
+def script_language(char: str) -> str:
+    """The language a character's Unicode block names (``other`` outside Hangul, kana, Han)."""
+    return next((lang for lang, blocks in SCRIPT_LANGUAGES if in_blocks(char, blocks)), OTHER)
+
+
+def _file_language(path: Path, data: dict) -> str | None:
+    """The language a file names for all its entries: its top-level ``language`` (our own
+    files), else a language code in its name (``level0_ja.json``); None for a mixed file."""
+    lang = data.get("language")
+    if lang is None:
+        return next((t for t in re.split(r"[^a-z]+", path.stem.lower()) if t in LANGUAGES), None)
+    if lang not in LANGUAGES:
+        raise BytecanaryError(f"{path}: 'language' must be one of {', '.join(LANGUAGES)}, got {lang!r}")
+    return lang
+
+
+def _char_entry(item: object, where: str) -> CharEntry:
+    """One ``char_frequencies`` entry, every field checked."""
+    item = checked_entry(item, where, ("char", "count", "tier"))
+    char = item["char"]
+    if not isinstance(char, str) or len(char) != 1:
+        raise BytecanaryError(f"{where}: 'char' must be one character, got {char!r}")
+    if "codepoint" in item and item["codepoint"] != ord(char):
+        raise BytecanaryError(
+            f"{where}: 'codepoint' {item['codepoint']!r} is not that of {char!r} ({ord(char)})"
+        )
+    if "hex" in item and str(item["hex"]).upper() != f"U+{ord(char):04X}":
+        raise BytecanaryError(f"{where}: 'hex' {item['hex']!r} is not that of {char!r} (U+{ord(char):04X})")
+    count = item["count"]
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise BytecanaryError(f"{where}: 'count' must be a non-negative integer, got {count!r}")
+    freq = item.get("frequency", 0.0)
+    if not isinstance(freq, int | float) or isinstance(freq, bool) or not 0 <= freq <= 1:
+        raise BytecanaryError(f"{where}: 'frequency' must be a number in [0, 1], got {freq!r}")
+    tier = item["tier"]
+    if not isinstance(tier, str) or not re.fullmatch(r"[a-z0-9_]+", tier):
+        raise BytecanaryError(f"{where}: 'tier' must be a lower-case name, got {tier!r}")
+    return CharEntry(char, count, float(freq), tier)
+
+
+def load_level0(path: str | Path) -> list[Level0Set]:
+    """Read a Level 0 file in the published format, checking every entry: one set per
+    language found (the file's ``language``, else each character's script), sorted."""
     path = Path(path)
     data = _read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("char_frequencies"), list):
         raise BytecanaryError(f'{path}: expected an object with a "char_frequencies" list')
-    entries = []
+    language = _file_language(path, data)
+    by_language: dict[str, list[CharEntry]] = {}
     for i, item in enumerate(data["char_frequencies"]):
-        where = f"{path}: char_frequencies[{i}]"
-        item = checked_entry(item, where, ("char", "count", "tier"))
-        char = item["char"]
-        if not isinstance(char, str) or len(char) != 1:
-            raise BytecanaryError(f"{where}: 'char' must be one character, got {char!r}")
-        if "codepoint" in item and item["codepoint"] != ord(char):
-            raise BytecanaryError(
-                f"{where}: 'codepoint' {item['codepoint']!r} is not that of {char!r} ({ord(char)})"
-            )
-        if "hex" in item and str(item["hex"]).upper() != f"U+{ord(char):04X}":
-            raise BytecanaryError(
-                f"{where}: 'hex' {item['hex']!r} is not that of {char!r} (U+{ord(char):04X})"
-            )
-        count = item["count"]
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise BytecanaryError(f"{where}: 'count' must be a non-negative integer, got {count!r}")
-        freq = item.get("frequency", 0.0)
-        if not isinstance(freq, int | float) or isinstance(freq, bool) or not 0 <= freq <= 1:
-            raise BytecanaryError(f"{where}: 'frequency' must be a number in [0, 1], got {freq!r}")
-        tier = item["tier"]
-        if not isinstance(tier, str) or not re.fullmatch(r"[a-z0-9_]+", tier):
-            raise BytecanaryError(f"{where}: 'tier' must be a lower-case name, got {tier!r}")
-        entries.append(CharEntry(char, count, float(freq), tier))
-    return Level0Set(_language_of(path, data), str(data.get("description", "")), entries)
+        entry = _char_entry(item, f"{path}: char_frequencies[{i}]")
+        by_language.setdefault(language or script_language(entry.char), []).append(entry)
+    if not by_language:
+        raise BytecanaryError(f"{path}: char_frequencies: no characters")
+    description = str(data.get("description", ""))
+    return [Level0Set(lang, description, by_language[lang]) for lang in sorted(by_language)]
 
 
 def load_level1(path: str | Path) -> list[Level1Sample]:

@@ -27,10 +27,11 @@ from bytecanary.bytecodec import ByteCodec
 from bytecanary.config import load_config
 from bytecanary.data import evalsets, shards, wordcomp
 from bytecanary.data.config import DataConfig
-from bytecanary.data.corpus import read_documents, source_documents
+from bytecanary.data.corpus import held_out, read_documents, source_documents, source_name
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.data.tokenizer import save_tokenizer, train_tokenizer
-from bytecanary.io import atomic_dir, write_json
+from bytecanary.errors import BytecanaryError
+from bytecanary.io import atomic_dir, check_output, read_json, warn, write_json
 
 STAGE_FILE = "stage.json"
 
@@ -49,7 +50,11 @@ def run_stage(
     digest = _hash(key)
     meta_path = stage_dir / STAGE_FILE
     if meta_path.exists():
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        try:
+            meta = read_json(meta_path)
+        except BytecanaryError as err:  # torn by hand or by the disk: the stage is not known done
+            warn(f"{err}; rebuilding the {name} stage")
+            meta = {}
         if meta.get("hash") == digest and all((stage_dir / f).is_file() for f in outputs):
             print(f"[{name}] up to date, skipped")
             return meta
@@ -81,10 +86,13 @@ def _corpus(cfg: DataConfig, tmp: Path) -> dict:
             desc = f"corpus {src.language} [{i}]"
             with tqdm(desc=desc, unit="B", unit_scale=True, leave=False) as bar:
                 for doc in source_documents(src, i, cfg.seed):
-                    split = "val" if rng.random() < cfg.val_fraction else "train"
-                    files[src.language, split].write(json.dumps({"text": doc}, ensure_ascii=False))
-                    files[src.language, split].write("\n")
-                    size = len(doc.encode("utf-8"))
+                    if doc.key is None:
+                        split = "val" if rng.random() < cfg.val_fraction else "train"
+                    else:  # by page identity: a page's translations share its split
+                        split = "val" if held_out(doc.key, cfg.seed, cfg.val_fraction) else "train"
+                    row = {"text": doc.text} if doc.key is None else {"text": doc.text, "key": doc.key}
+                    files[src.language, split].write(json.dumps(row, ensure_ascii=False) + "\n")
+                    size = len(doc.text.encode("utf-8"))
                     stats[src.language][split]["documents"] += 1
                     stats[src.language][split]["bytes"] += size
                     bar.update(size)
@@ -135,7 +143,7 @@ def _shards(cfg: DataConfig, corpus_dir: Path, tok_dir: Path, tok_meta: dict, tm
     for lang in cfg.mixture:
         train = encoded[lang, "train"]
         keep = shards.docs_within(train.doc_tokens(), targets[lang])
-        entry = {"sources": [_source_name(s) for s in cfg.sources if s.language == lang]}
+        entry = {"sources": [source_name(s) for s in cfg.sources if s.language == lang]}
         for split, enc in (("train", train.head(keep)), ("val", encoded[lang, "val"])):
             entry[split] = shards.write_split(tmp, lang, split, enc)
             entry[split]["bytes"] = int(doc_bytes[lang, split][: len(enc.starts)].sum())
@@ -149,12 +157,6 @@ def _shards(cfg: DataConfig, corpus_dir: Path, tok_dir: Path, tok_meta: dict, tm
         entry["train"]["share"] = entry["train"]["tokens"] / total
     write_json(tmp / "index.json", index)
     return {"index": "index.json", "train_tokens": total}
-
-
-def _source_name(src) -> str:
-    if src.synthetic is not None:
-        return f"synthetic(wordfreq, {src.synthetic.megabytes} MB)"
-    return f"{src.dataset.path}" + (f"/{src.dataset.name}" if src.dataset.name else "")
 
 
 def _snapshot(cfg: DataConfig, corpus_dir: Path, shard_dir: Path, tmp: Path) -> dict:
@@ -228,11 +230,12 @@ def _evalsets(cfg: DataConfig, corpus_dir: Path, snapshot_dir: Path, tmp: Path) 
 # --- the command ----------------------------------------------------------------------
 
 
-def prepare(config_path: str | Path, out: str | Path | None = None) -> Path:
-    """Run every stage that is not up to date; print the summary; return the data folder."""
+def prepare(config_path: str | Path, out: str | Path | None = None, verify: bool = False) -> Path:
+    """Run every stage that is not up to date; print the summary; return the data folder.
+    ``verify``: also check every shard against its hash in ``index.json``."""
     cfg = load_config(DataConfig, config_path)
-    out = Path(out) if out is not None else Path("data") / cfg.name
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output(Path(out) if out is not None else Path("data") / cfg.name, folder=True)
+    out.mkdir(exist_ok=True)
     corpus_key = {
         "seed": cfg.seed,
         "val_fraction": cfg.val_fraction,
@@ -268,6 +271,8 @@ def prepare(config_path: str | Path, out: str | Path | None = None) -> Path:
         eval_files,
     )
     print(summary(cfg, out, tok, evals))
+    if verify:
+        print(f"[shards] verified {shards.verify(out / 'shards')} shard files against index.json")
     return out
 
 

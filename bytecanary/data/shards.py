@@ -3,16 +3,22 @@
 ``<lang>/train.bin`` holds the documents' token ids back to back, each followed by eos,
 as uint16 (uint32 when the vocabulary exceeds 65535); ``<lang>/train.idx.npy`` holds the
 start offset of every document. The training split is cut at a document boundary so the
-languages' token counts follow the configured mixture.
+languages' token counts follow the configured mixture. ``index.json`` records each shard's
+length in bytes and its SHA-256: opening a shard checks the length (a cut-off file would
+train on part of the data), ``bytecanary prepare --verify`` the hash.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
+
+from bytecanary.errors import BytecanaryError
+from bytecanary.io import read_json
 
 SPLITS = ("train", "val")
 
@@ -73,14 +79,62 @@ def docs_within(doc_tokens: np.ndarray, target: int) -> int:
     return max(n, 1)
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def write_split(out_dir: Path, lang: str, split: str, enc: Encoded) -> dict:
     """Write ``<lang>/<split>.bin`` and its document index; return their index entry."""
     (out_dir / lang).mkdir(parents=True, exist_ok=True)
-    enc.ids.tofile(out_dir / lang / f"{split}.bin")
+    path = out_dir / lang / f"{split}.bin"
+    enc.ids.tofile(path)
     np.save(out_dir / lang / f"{split}.idx.npy", enc.starts)
-    return {"path": f"{lang}/{split}.bin", "documents": len(enc.starts), "tokens": len(enc.ids)}
+    return {
+        "path": f"{lang}/{split}.bin",
+        "documents": len(enc.starts),
+        "tokens": len(enc.ids),
+        "file_bytes": path.stat().st_size,
+        "sha256": _sha256(path),
+    }
 
 
-def open_split(shard_dir: Path, lang: str, split: str, dtype: str) -> np.memmap:
-    """Memory-map one shard read-only."""
-    return np.memmap(Path(shard_dir) / lang / f"{split}.bin", dtype=np.dtype(dtype), mode="r")
+def open_split(shard_dir: Path, lang: str, split: str, dtype: str, entry: dict) -> np.memmap:
+    """Memory-map one shard read-only, checked to be as long as its ``index.json`` ``entry``
+    says (older indexes, without ``file_bytes``: ``tokens`` of ``dtype``)."""
+    path = Path(shard_dir) / lang / f"{split}.bin"
+    expected = entry.get("file_bytes", entry["tokens"] * np.dtype(dtype).itemsize)
+    size = path.stat().st_size if path.is_file() else None
+    if size != expected:
+        found = "missing" if size is None else f"{size:,} bytes"
+        raise BytecanaryError(
+            f"{path}: {found}, index.json says {expected:,} (truncated?); "
+            f"delete {shard_dir} and rerun `bytecanary prepare`"
+        )
+    return np.memmap(path, dtype=np.dtype(dtype), mode="r")
+
+
+def verify(shard_dir: Path) -> int:
+    """Check every shard of ``shard_dir/index.json`` against its recorded SHA-256; returns how many."""
+    index = read_json(Path(shard_dir) / "index.json")
+    checked = 0
+    for lang, entry in index["languages"].items():
+        for split in SPLITS:
+            path = Path(shard_dir) / entry[split]["path"]
+            recorded = entry[split].get("sha256")
+            if recorded is None:
+                raise BytecanaryError(
+                    f"{shard_dir / 'index.json'}: no hashes (prepared by an older bytecanary); "
+                    f"delete {shard_dir} and rerun `bytecanary prepare`"
+                )
+            open_split(shard_dir, lang, split, index["dtype"], entry[split])  # the length first: cheap
+            if _sha256(path) != recorded:
+                raise BytecanaryError(
+                    f"{path}: contents differ from index.json's hash (corrupt or modified); "
+                    f"delete {shard_dir} and rerun `bytecanary prepare`"
+                )
+            checked += 1
+    return checked

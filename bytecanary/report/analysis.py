@@ -1,10 +1,16 @@
 """The numbers behind ``bytecanary report``.
 
-Pure functions over the rows of ``metrics.jsonl`` and ``probes.jsonl``: when validation
-perplexity and Level 0 validity each converge, with one rule for both curves
-(``stats.convergence_point``). "Beyond Perplexity: UTF-8 Validity in Byte-aware LMs"
-(arXiv:2606.14122, abstract and section 1) finds that validity needs about twice the
-tokens perplexity needs (4.2B vs 2.1B). And how the MCQA protocols behave across
+Pure functions over the rows of ``metrics.jsonl`` and ``probes.jsonl``: whether validation
+perplexity and Level 0 validity each converged, kept moving, or never changed beyond their
+noise, with one detector for every curve (``stats.detect_convergence``), and the ratio of
+their convergence tokens only when both converged. "Beyond Perplexity: UTF-8 Validity in
+Byte-aware LMs" (arXiv:2606.14122, abstract and section 1) finds that validity needs about
+twice the tokens perplexity needs (4.2B vs 2.1B). A validity point's noise is the probe's
+own: strict validity is a share of n samples (binomial SE), V_partial a mean of n scores in
+[0, 1], whose variance is at most m(1 - m), so the same SE bounds it; both use
+m = (m n + 1) / (n + 2), never 0. Perplexity is judged on its log (the validation loss),
+its noise estimated from the curve itself (``stats.curve_noise``): the validation set is
+fixed, so what scatters is the model between checkpoints. And how the MCQA protocols behave across
 checkpoints: whether the two letter space strategies rank checkpoints alike (the
 space-tokenization trap paper, section 3.3, saw them reorder models), and how far accuracy
 follows parsability across wrappers ("Format Sensitivity Index: Token-Controlled Prompt
@@ -17,7 +23,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
+
+import numpy as np
 
 from bytecanary import keys, stats
 from bytecanary.data.languages import LANGUAGES
@@ -26,7 +35,7 @@ HEADLINE_KEY = keys.level0()  # V_partial over all languages and tiers
 VALIDITY_KEYS = tuple(
     keys.level0(lang, "all", m) for lang in ("all", *LANGUAGES) for m in ("partial", "strict")
 )
-MIN_POINTS = 3  # fewer checkpoints (or cells) than this: no convergence point, tau or fit
+MIN_POINTS = 3  # fewer checkpoints (or cells) than this: no tau or fit
 SEPARATE, MERGED, CLOZE, DASHED = keys.SEPARATE, keys.MERGED, keys.CLOZE, keys.DASHED
 
 
@@ -69,81 +78,140 @@ def checkpoints(probe_rows: Iterable[dict[str, Any]]) -> list[Checkpoint]:
 
 @dataclass(frozen=True)
 class Curve:
-    """A metric against tokens seen and where it converges (None: it did not, or too few points)."""
+    """A metric against tokens seen (> 0), each point's standard error when the probe
+    measured it, and what the convergence detector says of it."""
 
     key: str
     tokens: list[float]
     values: list[float]
-    converged_at: float | None
+    se: list[float] | None = None
+    """None: the detector estimates the noise from the curve itself."""
+    log: bool = False
+    """Judge the curve on the log of its values (perplexity)."""
+
+    def series(self) -> stats.Series:
+        values = np.log(self.values) if self.log else np.asarray(self.values)
+        return self.tokens, values, self.se
+
+    @cached_property
+    def verdict(self) -> stats.Verdict | None:
+        """None when the curve has too few points to judge."""
+        return stats.detect_convergence(*self.series()) if len(self.tokens) >= stats.MIN_TAIL else None
+
+    @property
+    def converged_at(self) -> float | None:
+        return self.verdict.converged_at if self.verdict else None
+
+    @property
+    def state(self) -> str:
+        return self.verdict.state if self.verdict else f"too few points (< {stats.MIN_TAIL})"
 
     @property
     def describe(self) -> str:
-        """Where it converges, or why it has no convergence point."""
-        if len(self.tokens) < MIN_POINTS:
-            return f"has too few points ({len(self.tokens)} < {MIN_POINTS})"
-        if self.converged_at is None:
-            return "has not converged (its last point is outside the band)"
-        return f"converges at {self.converged_at:,.0f} tokens seen"
+        """What the curve did, with the evidence, or why it cannot be judged."""
+        if self.verdict is None:
+            return f"has too few points ({len(self.tokens)} < {stats.MIN_TAIL})"
+        return self.verdict.describe()
+
+    @property
+    def in_words(self) -> str:
+        """What the curve did, without the numbers (the reason a ratio is missing)."""
+        return stats.STATE_WORDS[self.verdict.state] if self.verdict else self.describe
 
 
-def make_curve(key: str, points: Iterable[tuple[Any, Any]]) -> Curve:
-    """A curve from (tokens_seen, value) pairs; points without either are dropped and a
-    repeated x keeps its last value (a resumed run logs a step again)."""
-    by_x: dict[float, float] = {}
-    for x, y in points:
-        if finite(x) is not None and finite(y) is not None:
-            by_x[float(x)] = float(y)
+def make_curve(key: str, points: Iterable[tuple[Any, ...]], log: bool = False) -> Curve:
+    """A curve from (tokens_seen, value) or (tokens_seen, value, se) tuples; points without
+    tokens > 0 or a value are dropped, and a repeated x keeps its last point (a resumed run
+    logs a step again). The curve has SEs only when every point has one."""
+    by_x: dict[float, tuple[float, float | None]] = {}
+    for x, y, *se in points:
+        if (finite(x) or 0) > 0 and finite(y) is not None:
+            by_x[float(x)] = (float(y), finite(se[0]) if se else None)
     xs = sorted(by_x)
-    ys = [by_x[x] for x in xs]
-    converged = stats.convergence_point(xs, ys) if len(xs) >= MIN_POINTS else None
-    return Curve(key, xs, ys, converged)
+    ses = [by_x[x][1] for x in xs]
+    known = bool(xs) and all(e is not None for e in ses)
+    return Curve(key, xs, [by_x[x][0] for x in xs], ses if known else None, log)
 
 
 def probe_curve(cps: Sequence[Checkpoint], key: str) -> Curve:
     return make_curve(key, ((c.tokens_seen, c.metrics.get(key)) for c in cps))
 
 
+def proportion_se(value: float | None, n: float | None) -> float | None:
+    """SE of a share (or of a mean of scores in [0, 1], as a bound) over n samples, with the
+    share pulled off 0 and 1 by one success and one failure so it is never 0."""
+    if value is None or n is None or n < 1:
+        return None
+    p = (value * n + 1) / (n + 2)
+    return math.sqrt(p * (1 - p) / n)
+
+
+def validity_curve(cps: Sequence[Checkpoint], key: str) -> Curve:
+    """A Level 0 validity curve with each point's SE from the ``n`` its probe recorded."""
+    n_key = keys.level0(keys.language_of(key) or "all", "all", "n")
+    return make_curve(
+        key, ((c.tokens_seen, c.value(key), proportion_se(c.value(key), c.value(n_key))) for c in cps)
+    )
+
+
 @dataclass(frozen=True)
 class Convergence:
-    """Perplexity and validity curves with their convergence points."""
+    """Perplexity and validity curves, what each did, and the validity/perplexity ratio."""
 
     ppl: Curve
     validity: dict[str, Curve]  # by metric key; only keys some checkpoint has
 
-    def ratio_to_ppl(self, tokens: float | None) -> float | None:
-        """tokens / perplexity's convergence tokens; None when either is missing."""
-        base = self.ppl.converged_at
-        return tokens / base if tokens is not None and base else None
+    @property
+    def headline(self) -> Curve | None:
+        return self.validity.get(HEADLINE_KEY)
+
+    def ratio_to_ppl(self, curve: Curve) -> float | None:
+        """The curve's convergence tokens over perplexity's; None unless both converged."""
+        if curve.converged_at is None or self.ppl.converged_at is None:
+            return None
+        return curve.converged_at / self.ppl.converged_at
 
     @property
     def validity_tokens(self) -> float | None:
-        headline = self.validity.get(HEADLINE_KEY)
-        return headline.converged_at if headline else None
+        return self.headline.converged_at if self.headline else None
 
-    @property
-    def ratio(self) -> float | None:
-        """The headline: validity (``all/all/partial``) over perplexity convergence tokens."""
-        return self.ratio_to_ppl(self.validity_tokens)
+    @cached_property
+    def ratio(self) -> stats.RatioEstimate | None:
+        """The headline: validity (``all/all/partial``) over perplexity convergence tokens,
+        with its bootstrap CI; None unless both curves converged."""
+        if self.headline is None or self.ratio_to_ppl(self.headline) is None:
+            return None
+        return stats.convergence_ratio(self.headline.series(), self.ppl.series())
+
+    def why_no_ratio(self) -> str:
+        """In words, which curve did not converge and what it did instead."""
+        why = [f"val/ppl {self.ppl.in_words}"] if self.ppl.converged_at is None else []
+        if self.headline is None:
+            why.append("no Level 0 validity records")
+        elif self.headline.converged_at is None:
+            why.append(f"validity {self.headline.in_words}")
+        return "; ".join(why)
 
     def explain(self) -> str:
-        """The headline ratio, or why there is none, in one line."""
-        if self.ratio is not None:
-            return (
-                f"Level 0 validity converges after {self.ratio:.2f}x the tokens of perplexity "
-                f"({self.validity_tokens:,.0f} vs {self.ppl.converged_at:,.0f} tokens seen)"
-            )
-        headline = self.validity.get(HEADLINE_KEY)
-        validity = headline.describe if headline else "has no records"
-        return f"No validity/perplexity ratio: val/ppl {self.ppl.describe}, Level 0 validity {validity}"
+        """The headline ratio, or in words why there is none, in one line."""
+        if self.ratio is None:
+            return f"No validity/perplexity ratio: {self.why_no_ratio()}"
+        r = self.ratio
+        return (
+            f"Level 0 validity converges after {r.value:.2f}x the tokens of perplexity "
+            f"(95% CI {r.lo:.2f}-{r.hi:.2f}; {self.validity_tokens:,.0f} vs "
+            f"{self.ppl.converged_at:,.0f} tokens seen)"
+        )
 
 
 def convergence(metrics_rows: Iterable[dict[str, Any]], probe_rows: Iterable[dict[str, Any]]) -> Convergence:
-    """Convergence of ``val/ppl`` and of Level 0 partial/strict validity (all, en, ja, ko,
-    zh) against tokens seen, all by the same relative-band rule."""
-    ppl = make_curve(keys.val_ppl(), ((r.get(keys.TOKENS_SEEN), r.get(keys.val_ppl())) for r in metrics_rows))
+    """What ``val/ppl`` and Level 0 partial/strict validity (all, en, ja, ko, zh) did over
+    tokens seen, all judged by the same detector."""
+    points = ((r.get(keys.TOKENS_SEEN), r.get(keys.val_ppl())) for r in metrics_rows)
+    ppl = make_curve(keys.val_ppl(), points, log=True)
     cps = checkpoints(probe_rows)
     present = {k for c in cps for k in c.metrics}
-    validity = {key: probe_curve(cps, key) for key in VALIDITY_KEYS if key in present}
+    validity = {key: validity_curve(cps, key) for key in VALIDITY_KEYS if key in present}
     return Convergence(ppl, validity)
 
 

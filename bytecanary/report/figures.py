@@ -10,6 +10,7 @@ perplexity only.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,8 @@ def _convergence_lines(axes: Sequence[Any], conv: Convergence) -> None:
 
 
 def plot_convergence(conv: Convergence, path: Path) -> None:
-    """Perplexity (log y) above Level 0 validity, partial solid and strict dashed per language."""
+    """Perplexity (log y) above Level 0 validity, partial solid and strict dashed per language,
+    a ring where a curve converged."""
     import matplotlib
     from matplotlib.lines import Line2D
 
@@ -150,7 +152,7 @@ def plot_convergence(conv: Convergence, path: Path) -> None:
         ]
         if drawn:
             bottom.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5))
-        fig.suptitle(conv.explain())
+        fig.suptitle(textwrap.fill(conv.explain(), 90))  # the ratio, or in words why there is none
         _save(fig, path)
 
 

@@ -2,8 +2,9 @@
 
 One row per probed checkpoint: step, tokens seen, the headline metrics, then one column
 per language. Level 0 adds V_partial by frequency tier at the last checkpoint; MCQA
-averages each protocol over a task group and adds the cross-checkpoint statistics, which
-``add_mcqa_series`` also puts into the W&B run's summary. Rows come from ``probes.jsonl``,
+averages each protocol over a task group, shows each benchmark task (a ``datasets`` task)
+on rows of its own, and adds the cross-checkpoint statistics, which ``add_mcqa_series``
+also puts into the W&B run's summary. Rows come from ``probes.jsonl``,
 so the tables show what was recorded, whoever probed.
 """
 
@@ -64,6 +65,15 @@ MCQA_COLUMNS = [
     ("FSI", "all", None, "fsi"),
     ("PSI", "all", None, "psi"),
 ]
+# a benchmark task's row: (column, protocol or None for the task's own, metric)
+BENCHMARK_COLUMNS = [
+    ("sep", SEPARATE, "acc"),
+    ("mrg", MERGED, "acc"),
+    ("cloze", CLOZE, "acc"),
+    ("cloze norm", CLOZE, "acc_norm"),
+    ("M&D", DASHED, "acc"),
+    ("FSI", None, "fsi"),
+]
 
 
 def _records(out: Path) -> list[dict[str, Any]]:
@@ -106,14 +116,14 @@ def summary(out: Path) -> str:
             cols = [key for _, key in table.headline] + [table.per_language(lang) for lang in langs]
             title, names = table.title, [n for n, _ in table.headline] + langs
         lines = [title, f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(f"{n:>11}" for n in names)]
-        for key, r in sorted(records.items(), key=lambda kv: (kv[1]["step"] is None, kv[1]["step"] or 0)):
+        for r in _in_step_order(records):
             m = r["metrics"]
             values = _mcqa_cells(m) if probe == "mcqa" else [m.get(k) for k in cols]
-            tokens = f"{r['tokens_seen']:,}" if r["tokens_seen"] is not None else "-"
-            step = r["step"] if r["step"] is not None else "-"
-            lines.append(f"{Path(key.split('@')[0]).name[-28:]:<28}{step:>8}{tokens:>12}{_cells(values)}")
+            lines.append(_row_head(r) + _cells(values))
         if probe == "mcqa" and len(records) > 1:
             lines.append(_mcqa_series_line(list(records.values())))
+        if probe == "mcqa":
+            lines += _benchmark_lines(records)
         if probe == "level0":
             lines += _tier_lines(max(records.values(), key=lambda r: r["step"] or 0))
         blocks.append("\n".join(lines))
@@ -124,15 +134,52 @@ def _cells(values: list[float | None]) -> str:
     return "".join(f"{v:>11.3f}" if v is not None else f"{'-':>11}" for v in values)
 
 
+def _in_step_order(records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(records.values(), key=lambda r: (r["step"] is None, r["step"] or 0))
+
+
+def _name(record: dict[str, Any]) -> str:
+    """A checkpoint's short name: its file or folder (without a ``@revision``)."""
+    return Path(record["checkpoint"].split("@")[0]).name[-28:]
+
+
+def _row_head(record: dict[str, Any]) -> str:
+    """checkpoint, step, tokens seen: the first columns of every row."""
+    tokens = f"{record['tokens_seen']:,}" if record["tokens_seen"] is not None else "-"
+    step = record["step"] if record["step"] is not None else "-"
+    return f"{_name(record):<28}{step:>8}{tokens:>12}"
+
+
 def _tier_lines(record: dict[str, Any]) -> list[str]:
-    """V_partial by language and frequency tier at one checkpoint (the last probed)."""
+    """V_partial by language and frequency tier at one checkpoint (the last probed): the
+    tiers of our eval sets when it has any, then any others a file names (a published file's)."""
     m = record["metrics"]
-    lines = [f"{'partial by tier, step ' + str(record['step']):<28}" + "".join(f"{t:>11}" for t in TIERS)]
+    found = {p[3] for k in m if len(p := k.split("/")) == 5 and keys.probe_of(k) == "level0"} - {"all"}
+    tiers = [*(TIERS if found & set(TIERS) else ()), *sorted(found - set(TIERS))]
+    at = f"step {record['step']}" if record["step"] is not None else _name(record)
+    lines = [f"{'partial by tier, ' + at:<28}" + "".join(f"{t:>11}" for t in tiers)]
     lines += [
-        f"{lang:<28}" + _cells([m.get(keys.level0(lang, t)) for t in TIERS])
+        f"{lang:<28}" + _cells([m.get(keys.level0(lang, t)) for t in tiers])
         for lang in keys.languages_in(m, "level0")
     ]
     return lines
+
+
+def _benchmark_lines(records: dict[str, dict[str, Any]]) -> list[str]:
+    """One row per checkpoint and benchmark task (a ``datasets`` task, which no task group
+    averages): its accuracy under each protocol, and its FSI."""
+    rows = []
+    for r in _in_step_order(records):
+        for task in keys.mcqa_tasks(r["metrics"]):
+            if keys.task_group(task) == task:
+                cells = [r["metrics"].get(analysis.mcqa_key(task, m, p)) for _, p, m in BENCHMARK_COLUMNS]
+                rows.append(_row_head(r) + f"{task[-16:]:>17}" + _cells(cells))
+    if not rows:
+        return []
+    head = f"{'checkpoint':<28}{'step':>8}{'tokens':>12}{'task':>17}" + "".join(
+        f"{n:>11}" for n, _, _ in BENCHMARK_COLUMNS
+    )
+    return ["", "MCQA benchmark tasks (accuracy; cloze norm: per character)", head, *rows]
 
 
 def _mcqa_series_line(records: list[dict[str, Any]]) -> str:

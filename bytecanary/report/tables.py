@@ -121,20 +121,29 @@ def _checkpoint_table(
 
 
 def _convergence_table(conv: Convergence) -> Table:
+    """Every curve's verdict with its evidence: the tail's slope per decade of tokens and its
+    SE, how far (in noise) the curve moved before the tail, and the noise of one point."""
     rows = []
     for curve in (conv.ppl, *conv.validity.values()):
-        note = "" if curve.converged_at is not None else curve.describe
-        rows.append(
-            [curve.key, len(curve.tokens), curve.converged_at, conv.ratio_to_ppl(curve.converged_at), note]
-        )
+        v = curve.verdict
+        evidence = [v.n_tail, v.slope, v.slope_se, v.moved, v.noise] if v else [None] * 5
+        head = [curve.key, len(curve.tokens), curve.state, curve.converged_at, conv.ratio_to_ppl(curve)]
+        rows.append([*head, *evidence, "probe (n)" if curve.se else "curve"])
     columns = [
         Column("curve", ""),
         Column("points", ""),
+        Column("state", ""),
         Column("converges at (tokens seen)", ",.0f"),
         Column("x val/ppl tokens", ".2f"),
-        Column("note", ""),
+        Column("tail points", ""),
+        Column("tail slope / decade", "+.3g"),
+        Column("slope SE", ".2g"),
+        Column("moved (x noise)", ".1f"),
+        Column("noise", ".2g"),
+        Column("noise from", ""),
     ]
-    return Table("convergence", "Convergence points (same rule for every curve)", columns, rows)
+    title = "Convergence (one detector for every curve; val/ppl judged on its log)"
+    return Table("convergence", title, columns, rows)
 
 
 def _tier_tables(metrics: list[dict[str, Any]], cps: list[Checkpoint]) -> list[Table]:

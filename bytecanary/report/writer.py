@@ -5,14 +5,17 @@ Reads ``RUN_DIR/metrics.jsonl`` and ``RUN_DIR/probes.jsonl`` and writes
 ``RUN_DIR/report/``: ``convergence.png``, ``tiers.png``, ``mcqa.png`` and ``report.md``
 with the numbers behind every figure and the commands that reproduce them.
 The folder is built aside and swapped in whole, so a crash never leaves half a report.
-With a W&B run in ``RUN_DIR/wandb`` the figures and tables also go to that run (offline
-unless it can be online).
+A malformed line of either file (torn, or a record whose ``metrics`` is not a mapping of
+numbers) is skipped with a warning naming ``file:line``: one bad line must not hide a
+long run. With a W&B run in ``RUN_DIR/wandb`` the figures and tables also go to that run
+(offline unless it can be online).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ from typing import Any
 from bytecanary import stats
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import atomic_dir, read_jsonl
+from bytecanary.io import atomic_dir, check_output, read_jsonl, warn
 from bytecanary.report import analysis, figures
 from bytecanary.report.analysis import Convergence
 from bytecanary.report.tables import Table, build_tables
@@ -41,16 +44,28 @@ class RunData:
     config: dict[str, Any]
 
 
-def load_run(run_dir: str | Path) -> RunData:
+def _record_problem(row: dict[str, Any]) -> str | None:
+    """What is wrong with a ``probes.jsonl`` record, if anything the report relies on."""
+    metrics = row.get("metrics")
+    if not isinstance(metrics, dict) or not all(isinstance(v, int | float) for v in metrics.values()):
+        return "'metrics' is not a mapping of numbers"
+    if not isinstance(row.get("probe"), str) or not isinstance(row.get("tokens_seen", 0), int | None):
+        return "'probe' or 'tokens_seen' has the wrong type"
+    return None
+
+
+def load_run(run_dir: str | Path, on_bad: Callable[[str], None] = warn) -> RunData:
+    """The run's records; ``on_bad`` hears of each line skipped."""
     run_dir = Path(run_dir)
     metrics_path = run_dir / "metrics.jsonl"
     if not metrics_path.is_file():
         raise BytecanaryError(f"{metrics_path}: no such file (is {run_dir} a training run directory?)")
     probes_path = run_dir / "probes.jsonl"
-    probes = [r for r in read_jsonl(probes_path) if r.get("status") == "ok"] if probes_path.is_file() else []
+    records = read_jsonl(probes_path, _record_problem, on_bad) if probes_path.is_file() else []
     config_path = run_dir / "config.yaml"
     config = _read_config(config_path) if config_path.is_file() else {}
-    return RunData(run_dir, read_jsonl(metrics_path), probes, config)
+    metrics = read_jsonl(metrics_path, on_bad=on_bad)
+    return RunData(run_dir, metrics, [r for r in records if r.get("status") == "ok"], config)
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -93,9 +108,16 @@ def commands(data: RunData) -> list[str]:
 def render_markdown(data: RunData, conv: Convergence, tables: list[Table], notes: list[str]) -> str:
     """``report.md``: the headline, every table, why any statistic is missing, and the commands."""
     rule = (
-        f"A curve converges at the first tokens_seen after which every point stays within "
-        f"{stats.CONVERGENCE_RTOL:.0%} of its plateau (the mean of its last {stats.CONVERGENCE_TAIL:.0%} "
-        f"of points); curves with fewer than {analysis.MIN_POINTS} points have none."
+        f"One detector judges every curve (`stats.detect_convergence`; val/ppl on its log): a "
+        f"curve converged at the first checkpoint from which the rest is flat (at least "
+        f"{stats.MIN_TAIL} points, slope per decade of tokens within {stats.SLOPE_Z:g} SE of 0, every "
+        f"point within {stats.BAND_Z:g}x noise of the tail's mean, the slope's upper bound under "
+        f"{stats.RATE_FRACTION:g}x the rate the curve came at), after departing from that tail by "
+        f"more than {stats.MOVE_Z:g}x noise; flat from the start is 'no change beyond noise', no "
+        f"flat tail is 'still moving'. Noise: the probe's binomial SE from its n for validity, the "
+        f"scatter between neighbouring checkpoints for val/ppl. The ratio's CI is a parametric "
+        f"bootstrap (both curves perturbed by their noise, the detector rerun); there is a ratio "
+        f"only when both curves converged."
     )
     parts = [
         f"# bytecanary report: {data.run_dir}\n",
@@ -127,18 +149,43 @@ def _scalars(conv: Convergence, series: dict[str, float]) -> dict[str, float]:
     numbers = {
         "report/ppl_converged_tokens": conv.ppl.converged_at,
         "report/validity_converged_tokens": conv.validity_tokens,
-        "report/validity_ppl_ratio": conv.ratio,
+        "report/validity_ppl_ratio": conv.ratio.value if conv.ratio else None,
+        "report/validity_ppl_ratio_lo": conv.ratio.lo if conv.ratio else None,
+        "report/validity_ppl_ratio_hi": conv.ratio.hi if conv.ratio else None,
         **series,
     }
     return {k: v for k, v in numbers.items() if v is not None and not math.isnan(v)}
 
 
+def curve_charts(conv: analysis.Convergence) -> dict[str, Any]:
+    """The paper's finding as W&B line charts against tokens seen: validity (V partial and
+    strict per language) in one, validation perplexity in the other (their scales differ)."""
+    import wandb
+
+    def chart(curves: list[analysis.Curve], title: str) -> Any:
+        xs = sorted({x for c in curves for x in c.tokens})
+        ys = [[dict(zip(c.tokens, c.values, strict=True)).get(x, math.nan) for x in xs] for c in curves]
+        keys = [c.key for c in curves]
+        return wandb.plot.line_series(xs=xs, ys=ys, keys=keys, title=title, xname="tokens_seen")
+
+    charts = {"report/chart/ppl_vs_tokens": chart([conv.ppl], "validation perplexity vs tokens seen")}
+    if conv.validity:
+        validity = chart(list(conv.validity.values()), "Level 0 validity vs tokens seen")
+        charts["report/chart/validity_vs_tokens"] = validity
+    return charts
+
+
 def log_to_wandb(
-    data: RunData, report_dir: Path, tables: list[Table], scalars: dict[str, float]
+    data: RunData,
+    report_dir: Path,
+    tables: list[Table],
+    scalars: dict[str, float],
+    charts: dict[str, Any] | None = None,
 ) -> str | None:
     """Add the figures, tables and numbers to the run's own W&B run (resumed by id); returns
-    the ``wandb sync`` command when it is offline. The report's offline folder shares the
-    training run's id, and ``wandb sync`` uploads folders of one run in start-time order."""
+    the ``wandb sync`` command when it is offline. That command names exactly the folder this
+    call wrote (one more ``offline-run-*-<id>`` beside the training run's, resuming it), not a
+    glob: a glob would also upload every earlier report again."""
     import wandb
 
     run_id = wandb_run_id(data.run_dir)
@@ -155,17 +202,18 @@ def log_to_wandb(
     try:
         media = {f"report/{name}": wandb.Image(str(report_dir / f"{name}.png")) for name in FIGURES}
         media |= {f"report/table/{t.name}": wandb.Table(columns=t.labels, data=t.rows) for t in tables}
-        run.log(media)
+        run.log(media | (charts or {}))
         run.summary.update(scalars)
     finally:
-        offline = is_offline(run)
+        offline_dir = Path(run.dir).parent if is_offline(run) else None  # run.dir is <folder>/files
         run.finish()  # this run, not wandb.run: a trainer earlier in the process may have left its own
-    return f"wandb sync {data.run_dir / 'wandb'}/offline-run-*-{run_id}" if offline else None
+    return f"wandb sync {offline_dir}" if offline_dir else None
 
 
 def write_report(run_dir: str | Path, wandb: bool | None = None) -> Path:
     """Write ``run_dir/report/`` whole (figures and ``report.md``) and return it. ``wandb``:
     also log to the run's W&B run (default: when ``run_dir/wandb`` holds one)."""
+    check_output(Path(run_dir) / REPORT_DIR, folder=True)  # before the work: report/ may be a file
     data = load_run(run_dir)
     conv = analysis.convergence(data.metrics, data.probes)
     cps = analysis.checkpoints(data.probes)
@@ -180,18 +228,23 @@ def write_report(run_dir: str | Path, wandb: bool | None = None) -> Path:
         (tmp / "report.md").write_text(render_markdown(data, conv, tables, notes), encoding="utf-8")
     use_wandb = wandb_run_id(data.run_dir) is not None if wandb is None else wandb
     if use_wandb:
-        sync = log_to_wandb(data, out, tables, _scalars(conv, series))
+        sync = log_to_wandb(data, out, tables, _scalars(conv, series), curve_charts(conv))
         if sync:
             print(f"W&B offline run saved; upload it with: {sync}")
     return out
 
 
 def report_summary(run_dir: str | Path) -> str:
-    """A few lines for the terminal: both convergence points, their ratio, the report's path."""
-    data = load_run(run_dir)
+    """A few lines for the terminal: both convergence points, their ratio, the report's path
+    (after ``write_report``, which warned of any bad line already)."""
+    data = load_run(run_dir, on_bad=lambda message: None)
     conv = analysis.convergence(data.metrics, data.probes)
-    ratio = f"{conv.ratio:.2f}x (the paper reports about 2x)" if conv.ratio is not None else "n/a"
-    headline = conv.validity.get(analysis.HEADLINE_KEY)
+    if conv.ratio is not None:
+        r = conv.ratio
+        ratio = f"{r.value:.2f}x (95% CI {r.lo:.2f}-{r.hi:.2f}; the paper reports about 2x)"
+    else:
+        ratio = f"n/a ({conv.why_no_ratio()})"
+    headline = conv.headline
     return "\n".join(
         [
             f"validation perplexity {conv.ppl.describe}",

@@ -21,7 +21,9 @@ every protocol. Keys: ``keys.mcqa(task, protocol, metric)`` and ``keys.mcqa_task
 
 Tasks: the embedded word completion (``wordcomp_<lang>``, items `bytecanary prepare` drew
 from the data's held-out text), NonsenseQA (``nonsenseqa_<lang>``) and any benchmark
-through ``datasets``. Where the work lives: ``views`` (encoding), ``generation`` (answers
+through ``datasets`` (one task per language when a file mixes languages). Per-item records
+(``records``) start with ``record_context`` (checkpoint, step, ...), which the caller sets.
+Where the work lives: ``views`` (encoding), ``generation`` (answers
 and grading), ``aggregate`` (metrics), ``item_records`` (per-item lines).
 """
 
@@ -43,8 +45,8 @@ from probes.mcqa.generation import generate_answers, grade
 from probes.mcqa.item_records import write_item_records
 from probes.mcqa.prompts import labels
 from probes.mcqa.scoring import score_continuations
-from probes.mcqa.tasks import McqaItem, TaskSource, load_task, nonsense_items, word_completion_items
-from probes.mcqa.views import View, build_views
+from probes.mcqa.tasks import McqaItem, TaskSource, by_task, load_task, nonsense_items, word_completion_items
+from probes.mcqa.views import View, build_views, view_tokens
 from probes.registry import Probe, register_probe
 
 TRIAL_ITEMS = 256  # items per task with ``trial``
@@ -53,7 +55,7 @@ TRIAL_GENERATIVE = 32  # items per task that generate with ``trial`` (default ``
 
 @register_probe("mcqa")
 class McqaProbe(Probe):
-    version = 2
+    version = 3  # v3: one pass per item (shared prompt, no copied KV cache); tasks per language
 
     def __init__(
         self,
@@ -114,6 +116,9 @@ class McqaProbe(Probe):
         self.generative_per_task = generative_per_task
         self._matcher_cache: Matcher | None = None
         self.batch_size, self.seed, self.trial, self.records = batch_size, seed, trial, records
+        self.record_context: dict[str, Any] = {}
+        """Fields every per-item record starts with, set by the caller before ``aggregate``:
+        ``{"checkpoint": ..., "step": ..., "tokens_seen": ...}``."""
 
     @property
     def scored(self) -> list[str]:
@@ -143,9 +148,14 @@ class McqaProbe(Probe):
             return [Sampling()]
         return [Sampling(self.temperature, self.top_k, seed=self.seed * 1000 + s) for s in range(self.seeds)]
 
+    def validate(self, data_dir: Path | None) -> None:
+        """Load every item (benchmark rows, the prepared word-completion pools), so a bad
+        source stops a run (one line naming the task, row and column) before any model loads."""
+        self._items(data_dir)
+
     def _items(self, data_dir: Path | None) -> list[tuple[McqaItem, tuple[McqaItem, ...]]]:
-        """(item, its shots) for every task."""
-        groups = [load_task(src) for src in self.sources]
+        """(item, its shots) for every task; shots come from the item's own task."""
+        groups = [items for src in self.sources for items in by_task(load_task(src))]
         if self.embedded:
             folder = Path(data_dir or DEFAULT_DATA_DIR)
             groups += [
@@ -159,11 +169,14 @@ class McqaProbe(Probe):
         return out
 
     def prepare(self, tokenizer: Any, data_dir: Path | None) -> list[View]:
+        """Every view, shortest first: a batch then holds rows of about one length, and
+        padding costs little (every rank sorts alike, so DDP batches stay the same)."""
         limit = self.generative_per_task or (TRIAL_GENERATIVE if self.trial else None)
         items = self._items(data_dir)
-        return build_views(
+        views = build_views(
             tokenizer, items, self.scored, self.generated, self.label_format, self.permutations, limit
         )
+        return sorted(views, key=view_tokens)
 
     def compute(
         self, model: Any, tokenizer: Any, prepared: list[View], rank: int = 0, world: int = 1
@@ -208,5 +221,7 @@ class McqaProbe(Probe):
             grade(prepared, merged["generated"], self.generated, self._matcher()) if self.generated else {}
         )
         if self.records:
-            write_item_records(self.records, self.name, prepared, per_view, graded, self.generated)
+            write_item_records(
+                self.records, self.name, self.record_context, prepared, per_view, graded, self.generated
+            )
         return mcqa_metrics(prepared, per_view, graded, self.generated, self.permutations, self.seed)

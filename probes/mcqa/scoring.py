@@ -1,24 +1,100 @@
-"""Log-likelihood of several continuations that share one prompt, batched.
+"""Log-likelihood of several continuations that share one prompt, in one pass per batch.
 
-Each prompt is run once; its KV cache is copied to one row per continuation, and all
-continuations of a batch are scored in one more pass, right-padded, with position ids
-that continue the prompt's. Single-token continuations (letters) need no second pass:
-their log-probabilities come from the prompt's last logits. A test checks the results
-against one unbatched forward pass per (prompt, continuation).
+An item is one row: its prompt, then each continuation but its last token, side by side.
+A 4D attention mask lets a continuation's tokens see the prompt and the earlier tokens of
+their own continuation only, and position ids restart after the prompt for every
+continuation, so each token sees exactly what it would in ``prompt + continuation`` alone.
+A continuation's first token is scored at the prompt's last position, its later tokens
+inside its own block. The prompt is computed once and no KV cache is copied: an item costs
+P + sum(C - 1) tokens where a pass per option (lm-evaluation-harness) costs sum(P + C - 1),
+and memory holds one row per item. Rows are batched in the given order, right-padded, and
+the LM head runs on the scored positions only. A test checks the results against one
+unbatched forward pass per (prompt, continuation).
 
-Shape suffixes: B prompts, R rows (one per (prompt, continuation); ``prompt_R`` is each
-row's prompt), T time, V vocabulary.
+Shape suffixes: B rows (one per prompt), T time, S scored tokens, D model width, V vocabulary.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from probes.engine import cache_kwarg, cache_of, left_pad, positions
+
+@dataclass
+class _Row:
+    """One item laid out as a row: ids, positions, and which block each column is in
+    (0: the prompt, k + 1: continuation k); ``reads`` pairs each scored token with the
+    column whose logits predict it, ``owner`` names its continuation."""
+
+    ids: list[int]
+    pos: list[int]
+    block: list[int]
+    reads: list[tuple[int, int]]  # (column, target id)
+    owner: list[int]
+
+
+def _row(prompt: Sequence[int], continuations: Sequence[Sequence[int]]) -> _Row:
+    n = len(prompt)
+    row = _Row(list(prompt), list(range(n)), [0] * n, [], [])
+    for k, cont in enumerate(continuations):
+        before = n - 1  # the column whose logits predict the next token of this continuation
+        for j, token in enumerate(cont):
+            row.reads.append((before, int(token)))
+            row.owner.append(k)
+            if j < len(cont) - 1:  # the last token is only predicted, never fed
+                row.ids.append(int(token))
+                row.pos.append(n + j)
+                row.block.append(k + 1)
+                before = len(row.ids) - 1
+    return row
+
+
+def _mask(rows: list[_Row], width: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """(B, 1, T, T) additive mask: a column sees earlier columns of the prompt and of its own
+    block; padding sees only itself, so no softmax row is empty."""
+    block_BT = torch.full((len(rows), width), -1, dtype=torch.long)
+    for b, r in enumerate(rows):
+        block_BT[b, : len(r.block)] = torch.tensor(r.block)
+    block_BT = block_BT.to(device)
+    cols_T = torch.arange(width, device=device)
+    causal_TT = cols_T[None, :] <= cols_T[:, None]
+    key_BT = block_BT[:, None, :]
+    visible_BTT = causal_TT & (key_BT >= 0) & ((key_BT == 0) | (key_BT == block_BT[:, :, None]))
+    visible_BTT |= torch.eye(width, dtype=torch.bool, device=device)
+    return torch.zeros(visible_BTT.shape, dtype=dtype, device=device).masked_fill(
+        ~visible_BTT, torch.finfo(dtype).min
+    )[:, None]
+
+
+def _score_batch(model: torch.nn.Module, rows: list[_Row], pad_id: int) -> list[np.ndarray]:
+    param = next(model.parameters())
+    width = max(len(r.ids) for r in rows)
+    ids_BT = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    pos_BT = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids_BT[b, : len(r.ids)] = torch.tensor(r.ids)
+        pos_BT[b, : len(r.pos)] = torch.tensor(r.pos)
+    hidden_BTD = model.base_model(
+        input_ids=ids_BT.to(param.device),
+        attention_mask=_mask(rows, width, param.dtype, param.device),
+        position_ids=pos_BT.to(param.device),
+        use_cache=False,
+    ).last_hidden_state
+    row_S = torch.tensor([b for b, r in enumerate(rows) for _ in r.reads], device=param.device)
+    col_S = torch.tensor([c for r in rows for c, _ in r.reads], device=param.device)
+    tgt_S = torch.tensor([t for r in rows for _, t in r.reads], device=param.device)
+    logits_SV = model.get_output_embeddings()(hidden_BTD[row_S, col_S]).float()
+    lp_S = (logits_SV.gather(-1, tgt_S[:, None]).squeeze(-1) - logits_SV.logsumexp(-1)).double().cpu().numpy()
+    out, start = [], 0
+    for r in rows:
+        totals = np.zeros(max(r.owner) + 1)
+        np.add.at(totals, r.owner, lp_S[start : start + len(r.reads)])
+        out.append(totals)
+        start += len(r.reads)
+    return out
 
 
 @torch.inference_mode()
@@ -29,52 +105,10 @@ def score_continuations(
     pad_id: int,
     batch_size: int = 32,
 ) -> list[np.ndarray]:
-    """For prompt i, the summed log p(continuation | prompt) of each of its continuations."""
-    device = next(model.parameters()).device
+    """For prompt i, the summed log p(continuation | prompt) of each of its continuations
+    (every continuation at least one token)."""
+    rows = [_row(p, c) for p, c in zip(prompts, continuations, strict=True)]
     out: list[np.ndarray] = []
-    for lo in range(0, len(prompts), batch_size):
-        batch_prompts = prompts[lo : lo + batch_size]
-        batch_conts = continuations[lo : lo + batch_size]
-        ids_BT, mask_BT = left_pad(batch_prompts, pad_id, device)
-        pos_BT = positions(mask_BT)
-        # only the last position's logits are needed: skip the rest of the LM head where supported
-        keep = (
-            {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-        )
-        res = model(input_ids=ids_BT, attention_mask=mask_BT, position_ids=pos_BT, use_cache=True, **keep)
-        last_lp_BV = res.logits[:, -1].float().log_softmax(-1)
-        rows = [list(c) for conts in batch_conts for c in conts]
-        prompt_R = torch.tensor([b for b, conts in enumerate(batch_conts) for _ in conts], device=device)
-        first_R = torch.tensor([c[0] for c in rows], device=device)
-        total_R = last_lp_BV[prompt_R, first_R]
-        longest = max(len(c) for c in rows)
-        if longest > 1:  # the rest of each continuation, all rows in one pass on copied caches
-            cache = cache_of(res)
-            cache.batch_select_indices(prompt_R)
-            width = longest - 1
-            inp_RT = torch.full((len(rows), width), pad_id, dtype=torch.long, device=device)
-            real_RT = torch.zeros((len(rows), width), dtype=torch.long, device=device)
-            for r, c in enumerate(rows):
-                inp_RT[r, : len(c) - 1] = torch.tensor(c[:-1], device=device)
-                real_RT[r, : len(c) - 1] = 1
-            mask_RT = torch.cat([mask_BT[prompt_R], torch.ones_like(real_RT)], dim=1)
-            pos_RT = pos_BT[prompt_R, -1:] + 1 + torch.arange(width, device=device)
-            pos_RT = torch.where(real_RT.bool(), pos_RT, pos_BT[prompt_R, -1:])  # padding stays in range
-            res = model(
-                input_ids=inp_RT,
-                attention_mask=mask_RT,
-                position_ids=pos_RT,
-                use_cache=True,
-                **{cache_kwarg(model): cache},
-            )
-            tgt_RT = torch.full_like(inp_RT, 0)
-            for r, c in enumerate(rows):
-                tgt_RT[r, : len(c) - 1] = torch.tensor(c[1:], device=device)
-            lp_RT = res.logits.float().log_softmax(-1).gather(-1, tgt_RT[..., None]).squeeze(-1)
-            total_R = total_R + (lp_RT * real_RT).sum(-1)
-        totals = total_R.cpu().numpy()
-        start = 0
-        for conts in batch_conts:
-            out.append(totals[start : start + len(conts)].astype(np.float64))
-            start += len(conts)
+    for lo in range(0, len(rows), batch_size):  # batches as given: a DDP shard's are the same
+        out += _score_batch(model, rows[lo : lo + batch_size], pad_id)
     return out

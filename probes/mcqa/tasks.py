@@ -12,6 +12,11 @@ Hub datasets and local json/jsonl/parquet files load the same way.
 | cmmlu | Question | A, B, C, D | Answer (letter) |
 | kmmlu | question | A, B, C, D | answer (1-based) |
 | jcommonsenseqa | question | choice0..choice4 | label (index) |
+
+An item's id is the row's ``id`` column when it has one (``columns: {id: ...}`` names
+another), else its row index. A file that mixes languages names its language column
+(``columns: {language: lang}``); its items then form one task per language,
+``<name>_<lang>``, so metrics and records are per language as for the embedded tasks.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ class McqaItem:
     answer: int
     continuation: bool = False
     delimiter: str = " "  # between a continuation item's context and its ending (cloze)
+    item_id: str = ""  # the dataset's id of the item, else its index in the task
 
 
 @dataclass
@@ -59,20 +65,24 @@ class TaskSource:
     """A benchmark through ``datasets``: hub id, or a builder with local ``data_files``."""
 
     name: str
-    """Task name in metric keys: probe/mcqa/<name>/..."""
+    """Task name in metric keys: probe/mcqa/<name>/... (``<name>_<lang>`` with a language column)."""
     schema: Schema
-    language: str
     path: str
     """Hub id, or ``json`` / ``parquet`` with ``data_files``."""
+    language: str | None = None
+    """The items' language; None when ``columns`` names a language column."""
     config: str | None = None
     split: str = "test"
     data_files: list[str] | None = None
     columns: dict[str, str] = field(default_factory=dict)
-    """Overrides: {question: ..., choices: ..., answer: ..., choice_labels: ...}."""
+    """Overrides: {question: ..., choices: ..., answer: ..., choice_labels: ..., id: ...},
+    and ``language``: the column holding each row's language."""
     limit: int | None = None
 
     def __post_init__(self) -> None:
-        if self.language not in LANGUAGES:
+        if self.language is None and "language" not in self.columns:
+            raise ValueError("language: give the task's language, or columns: {language: <column>}")
+        if self.language is not None and self.language not in LANGUAGES:
             raise ValueError(f"language: unknown language {self.language!r} (known: {', '.join(LANGUAGES)})")
         if self.schema not in _SCHEMAS:
             raise ValueError(f"schema: unknown schema {self.schema!r} (known: {', '.join(_SCHEMAS)})")
@@ -105,7 +115,17 @@ def _answer(raw: Any, how: str, labels: list[str], n: int, where: str) -> int:
     return index
 
 
-def item_from_row(src: TaskSource, row: dict[str, Any], where: str) -> McqaItem:
+def _language(src: TaskSource, row: dict[str, Any], where: str) -> str:
+    """The row's language: the task's own, or its language column's."""
+    if src.language is not None:
+        return src.language
+    lang = _get(row, src.columns["language"], where)
+    if lang not in LANGUAGES:
+        raise BytecanaryError(f"{where}: language {lang!r} is not one of {', '.join(LANGUAGES)}")
+    return lang
+
+
+def item_from_row(src: TaskSource, row: dict[str, Any], index: int, where: str) -> McqaItem:
     q_col, c_cols, a_col, how = _SCHEMAS[src.schema]
     q_col = src.columns.get("question", q_col)
     c_cols = src.columns.get("choices", c_cols)
@@ -123,7 +143,12 @@ def item_from_row(src: TaskSource, row: dict[str, Any], where: str) -> McqaItem:
         raise BytecanaryError(f"{where}: needs at least two choices, got {len(choices)}")
     answer = _answer(_get(row, a_col, where), how, labels, len(choices), where)
     question = str(_get(row, q_col, where))
-    return McqaItem(src.name, src.language, question, tuple(choices), answer, src.schema == "hellaswag")
+    language = _language(src, row, where)
+    task = src.name if src.language is not None else f"{src.name}_{language}"
+    id_col = src.columns.get("id", "id" if "id" in row else None)  # a named column must exist
+    item_id = str(_get(row, id_col, where)) if id_col else str(index)
+    hellaswag = src.schema == "hellaswag"
+    return McqaItem(task, language, question, tuple(choices), answer, hellaswag, item_id=item_id)
 
 
 def load_task(src: TaskSource) -> list[McqaItem]:
@@ -140,10 +165,18 @@ def load_task(src: TaskSource) -> list[McqaItem]:
     for i, row in enumerate(ds):
         if src.limit is not None and i >= src.limit:
             break
-        items.append(item_from_row(src, row, f"{where} row {i}"))
+        items.append(item_from_row(src, row, i, f"{where} row {i}"))
     if not items:
         raise BytecanaryError(f"{where}: no items")
     return items
+
+
+def by_task(items: list[McqaItem]) -> list[list[McqaItem]]:
+    """The items of each task, tasks in order of first appearance (a mixed file's languages)."""
+    tasks: dict[str, list[McqaItem]] = {}
+    for item in items:
+        tasks.setdefault(item.task, []).append(item)
+    return list(tasks.values())
 
 
 # pseudo-word alphabets: common syllables or characters of each script
@@ -172,12 +205,11 @@ def nonsense_items(language: str, n: int, seed: int = 0, n_choices: int = 4) -> 
     rng = np.random.default_rng([seed, sorted(LANGUAGES).index(language)])
     sep = LANGUAGES[language].word_separator
     items = []
-    for _ in range(n):
+    for i in range(n):
         question = sep.join(_pseudo_word(rng, language) for _ in range(rng.integers(3, 6))) + "?"
         choices = tuple(_pseudo_word(rng, language) for _ in range(n_choices))
-        items.append(
-            McqaItem(f"nonsenseqa_{language}", language, question, choices, int(rng.integers(n_choices)))
-        )
+        answer = int(rng.integers(n_choices))
+        items.append(McqaItem(f"nonsenseqa_{language}", language, question, choices, answer, item_id=str(i)))
     return items
 
 
@@ -196,6 +228,7 @@ def word_completion_items(data_dir: Path, language: str, n: int, seed: int = 0) 
             row["answer"],
             row["continuation"],
             row["delimiter"],
+            row["id"],
         )
         for row in wordcomp.load_items(path)[:n]
     ]

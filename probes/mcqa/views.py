@@ -45,6 +45,12 @@ def cloze_encoding(tokenizer: Any, item: McqaItem) -> tuple[list[int], list[list
     return wholes[0][:shared], [whole[shared:] for whole in wholes]
 
 
+def view_tokens(view: View) -> int:
+    """The tokens of a view's longest row: its longest prompt and its continuations."""
+    rows = [len(p) + sum(map(len, conts)) for p, conts in view.encodings.values()]
+    return max(rows + [len(p) for p in view.prompts.values()], default=0)
+
+
 def generative_prompt(protocol: str, item: McqaItem) -> str:
     return (
         dashed(item) if protocol == keys.DASHED else wrappers.wrap(item, protocol.removeprefix(keys.WRAPPER))

@@ -17,6 +17,15 @@ def test_every_data_config_validates(path):
     assert sum(cfg.mixture.values()) == pytest.approx(1.0)
 
 
+def test_default_is_real_text_and_synthetic_stays():
+    default = load_config(DataConfig, ROOT / "configs" / "data" / "default.yaml")
+    assert default.mixture == {"en": 0.1, "ja": 0.3, "ko": 0.3, "zh": 0.3}
+    packages = [s.debian.packages for s in default.sources if s.debian is not None]
+    assert packages == [[f"libreoffice-help-{x}"] for x in ("en-us", "ja", "ko", "zh-cn")]
+    synthetic = load_config(DataConfig, ROOT / "configs" / "data" / "synthetic.yaml")
+    assert synthetic.mixture == default.mixture and all(s.synthetic is not None for s in synthetic.sources)
+
+
 def test_paper_config_is_the_paper_setup():
     cfg = load_config(DataConfig, ROOT / "configs" / "data" / "paper.yaml")
     assert cfg.mixture == {"en": 0.1, "ja": 0.3, "ko": 0.3, "zh": 0.3}
@@ -45,6 +54,14 @@ sources:
             r"tokenizr: unknown key \(did you mean 'tokenizer'\?\)",
         ),
         (("ja: 0.5}", "ja: 0.4}"), r"mixture: weights sum to 0.9, not 1"),
+        (
+            ("megabytes: 1}}\n", "megabytes: 1}, debian: {packages: [p], paths: ['*']}}\n"),
+            r"sources\[0\]: give exactly one of 'synthetic', 'dataset' or 'debian'",
+        ),
+        (
+            ("ja, synthetic: {megabytes: 1}}", "ja, debian: {packages: [], paths: [x]}}"),
+            r"sources\[1\]\.debian: packages and paths must each name at least one entry",
+        ),
         (("language: ja", "language: jp"), r"sources\[1\]: language: unknown language 'jp'"),
         (("name: x\n", ""), r"name: missing required key"),
         (

@@ -7,25 +7,29 @@ import pytest
 from bytecanary.data import evalsets
 from bytecanary.errors import BytecanaryError
 
-PUBLISHED = {  # the paper's format: no "language" field, the code is in the file name
+
+def _entry(char: str, count: int, tier: str) -> dict:
+    """A ``char_frequencies`` entry with the published keys."""
+    cp = ord(char)
+    return {"char": char, "codepoint": cp, "hex": f"U+{cp:04X}", "count": count,
+            "frequency": count / 1000, "tier": tier}  # fmt: skip
+
+
+PUBLISHED = {  # the paper's format: no "language" field
     "description": "Korean characters by frequency",
+    "char_frequencies": [_entry("가", 120, "common"), _entry("똠", 0, "unseen")],
+}
+# the shape of the paper's cjk_400.json: languages mixed in one file, no "language"
+MIXED = {
+    "description": "CJK characters by frequency",
     "char_frequencies": [
-        {
-            "char": "가",
-            "codepoint": 44032,
-            "hex": "U+AC00",
-            "count": 120,
-            "frequency": 0.01,
-            "tier": "common",
-        },
-        {
-            "char": "똠",
-            "codepoint": 46624,
-            "hex": "U+B620",
-            "count": 0,
-            "frequency": 0.0,
-            "tier": "unseen",
-        },
+        _entry("中", 300, "common"),
+        _entry("가", 120, "common"),
+        _entry("ア", 40, "uncommon"),
+        _entry("é", 2, "rare"),
+        _entry("𫝀", 0, "unseen"),  # CJK Extension D, 4 bytes
+        _entry("ㄱ", 0, "unseen"),  # Hangul Compatibility Jamo
+        _entry("€", 1, "rare"),
     ],
 }
 
@@ -36,15 +40,29 @@ def _write(path, obj):
 
 
 def test_published_level0_format_loads(tmp_path):
-    s = evalsets.load_level0(_write(tmp_path / "ko_char_frequencies.json", PUBLISHED))
+    (s,) = evalsets.load_level0(_write(tmp_path / "chars.json", PUBLISHED))
     assert s.language == "ko" and [e.char for e in s.entries] == ["가", "똠"]
     assert s.entries[1] == evalsets.CharEntry("똠", 0, 0.0, "unseen")
+
+
+def test_a_mixed_file_is_grouped_by_script_and_the_rest_is_other(tmp_path):
+    sets = evalsets.load_level0(_write(tmp_path / "cjk_400.json", MIXED))
+    got = {s.language: [e.char for e in s.entries] for s in sets}
+    assert got == {"ja": ["ア"], "ko": ["가", "ㄱ"], "other": ["é", "€"], "zh": ["中", "𫝀"]}
+    assert [s.language for s in sets] == sorted(got) and sets[0].description == MIXED["description"]
+
+
+def test_a_language_the_file_names_holds_for_every_entry(tmp_path):
+    (s,) = evalsets.load_level0(_write(tmp_path / "mine.json", {**MIXED, "language": "ja"}))
+    assert s.language == "ja" and len(s.entries) == len(MIXED["char_frequencies"])
+    (s,) = evalsets.load_level0(_write(tmp_path / "level0_ko.json", MIXED))
+    assert s.language == "ko" and len(s.entries) == len(MIXED["char_frequencies"])
 
 
 def test_round_trip_of_written_level0(tmp_path):
     s = evalsets.Level0Set("zh", "d", [evalsets.CharEntry("𫝀", 0, 0.0, "unseen")])
     loaded = evalsets.load_level0(_write(tmp_path / "any.json", evalsets.level0_json(s)))
-    assert loaded == s
+    assert loaded == [s]
     assert evalsets.level0_json(s)["char_frequencies"][0]["hex"] == "U+2B740"
 
 
@@ -73,9 +91,11 @@ def test_bad_level0_entries_are_named(tmp_path, entry, message):
         evalsets.load_level0(path)
 
 
-def test_level0_without_a_language_is_refused(tmp_path):
-    with pytest.raises(BytecanaryError, match="cannot tell the language"):
-        evalsets.load_level0(_write(tmp_path / "chars.json", PUBLISHED))
+def test_a_bad_language_an_empty_file_and_non_utf8_are_refused(tmp_path):
+    with pytest.raises(BytecanaryError, match=r"x\.json: 'language' must be one of en, ja, ko, zh, got 'jp'"):
+        evalsets.load_level0(_write(tmp_path / "x.json", {**PUBLISHED, "language": "jp"}))
+    with pytest.raises(BytecanaryError, match="char_frequencies: no characters"):
+        evalsets.load_level0(_write(tmp_path / "x.json", {**PUBLISHED, "char_frequencies": []}))
     bad = tmp_path / "level0_ja.json"
     bad.write_bytes(b"\xff{}")
     with pytest.raises(BytecanaryError, match="not UTF-8"):

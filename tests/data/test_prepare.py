@@ -61,7 +61,7 @@ def test_level0_tiers_follow_the_snapshot(small_data):
     assert set(snapshot["budgets"]) == {"all", "50000"}
     for lang in SMALL["mixture"]:
         counts = snapshot["budgets"]["all"]["languages"][lang]["counts"]
-        level0 = evalsets.load_level0(small_data / "evalsets" / f"level0_{lang}.json")
+        (level0,) = evalsets.load_level0(small_data / "evalsets" / f"level0_{lang}.json")
         assert level0.language == lang
         # independent recomputation of the documented rule
         blocks = LANGUAGES[lang].eval_blocks
@@ -81,7 +81,7 @@ def test_level0_tiers_follow_the_snapshot(small_data):
                 assert want[e.char] == e.tier and e.count == counts[e.char]
         tiers = {e.tier for e in level0.entries}
         assert {"unseen", "unseen_3b"} <= tiers and len(level0.entries) > 50
-    zh = evalsets.load_level0(small_data / "evalsets" / "level0_zh.json")
+    (zh,) = evalsets.load_level0(small_data / "evalsets" / "level0_zh.json")
     assert any(len(e.char.encode()) == 4 for e in zh.entries if e.tier == "unseen")
 
 
@@ -115,7 +115,7 @@ def test_changed_config_reruns_only_the_stages_it_touches(small_data, tmp_path, 
     prepare(cfg, data)
     out = capsys.readouterr().out
     assert "[shards] up to date" in out and "[evalsets] done" in out
-    level0 = evalsets.load_level0(data / "evalsets" / "level0_ja.json")
+    (level0,) = evalsets.load_level0(data / "evalsets" / "level0_ja.json")
     assert max(sum(e.tier == t for e in level0.entries) for t in evalsets.TIERS) == 10
 
 

@@ -5,7 +5,13 @@ import lightning as L
 import pytest
 import yaml
 
-from bytecanary.checkpoints import checkpoint_meta, gpt2_from_checkpoint, load_checkpoint, tokenizer_dir
+from bytecanary.checkpoints import (
+    checkpoint_data_dir,
+    checkpoint_meta,
+    gpt2_from_checkpoint,
+    load_checkpoint,
+    tokenizer_dir,
+)
 from bytecanary.errors import BytecanaryError
 from probes import get_probe
 from probes.callback import ProbeCallback
@@ -74,7 +80,8 @@ def test_a_bad_probe_spec_names_its_yaml_before_training():
 
 
 def test_strict_makes_a_failing_probe_fatal(tmp_path, small_data):
-    with pytest.raises(RuntimeError, match="probe exploding failed at step 2 \\(strict\\)"):
+    message = r"probe exploding failed at step 2 \(run\.probe_strict\): ValueError: boom"
+    with pytest.raises(BytecanaryError, match=message):
         _fit(tmp_path, small_data, [Exploding()], strict=True)
 
 
@@ -108,13 +115,13 @@ def test_ddp_probes_equal_a_single_process_run(micro, tmp_path):
     path = rows[0]["checkpoint"]
     ckpt = load_checkpoint(path)
     model = gpt2_from_checkpoint(ckpt, path)
-    tok_dir = tokenizer_dir(checkpoint_meta(ckpt, path), path)
+    meta = checkpoint_meta(ckpt, path)
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(meta, path)))
     for spec, row in zip(PROBES, rows, strict=True):
         params = {k: v for k, v in spec.items() if k != "name"}
-        single = get_probe(spec["name"], **params).run(model, tok, data_dir=tok_dir.parent)
+        single = get_probe(spec["name"], **params).run(model, tok, data_dir=checkpoint_data_dir(meta, path))
         assert single.keys() == row["metrics"].keys()
         for key, value in single.items():
             assert row["metrics"][key] == pytest.approx(value, rel=1e-6, abs=1e-6), key

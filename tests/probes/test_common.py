@@ -43,7 +43,10 @@ def test_context_size_and_pad_id(random_model, byte_fallback_tokenizer):
 
 
 def test_eval_set_files_given_found_or_one_clear_error(eval_dir, tmp_path):
-    assert eval_set_files(["a.json"], eval_dir, "level0_*.json") == [Path("a.json")]  # given: as is
+    given = str(next((eval_dir / "evalsets").glob("level0_*.json")))
+    assert eval_set_files([given], eval_dir, "level0_*.json") == [Path(given)]  # given: as is
+    with pytest.raises(BytecanaryError, match=r"eval_sets: a\.json: no such file"):
+        eval_set_files(["a.json"], eval_dir, "level0_*.json")
     found = eval_set_files(None, eval_dir, "level0_*.json")
     assert [f.name for f in found] == ["level0_ja.json", "level0_zh.json"]
     with pytest.raises(BytecanaryError, match=r"no eval sets \(level0_\*.json\); run `bytecanary prepare`"):

@@ -1,5 +1,11 @@
-"""Level 0: byte-prefix prompts of every eval character, trial subsets, key layout."""
+"""Level 0: byte-prefix prompts of every eval character, the paper tool's prompt convention,
+published mixed-language files, trial subsets, key layout, eval sets checked up front."""
 
+import json
+
+import pytest
+
+from bytecanary.errors import BytecanaryError
 from probes import get_probe
 
 
@@ -11,6 +17,62 @@ def test_prompts_are_eos_space_then_byte_tokens(byte_fallback_tokenizer, eval_di
     assert tok.convert_ids_to_tokens(list(s.prompt_ids[1:])) == ["▁", "<0xF0>", "<0xAB>"]
     assert s.prompt_bytes == b" \xf0\xab" and s.remainder == b"\x9d\x80"
     assert tok.convert_ids_to_tokens(list(s.gold_ids)) == ["<0x9D>", "<0x80>"]  # byte tokens, not ""
+    assert s.item_id == "zh:U+2B740"
+
+
+def test_byte_space_prefix_gives_the_paper_tools_prompt_ids(byte_fallback_tokenizer, eval_dir):
+    """No separator, the byte token <0x20>, then the character's first k bytes as byte tokens."""
+    tok = byte_fallback_tokenizer
+    prep = get_probe("level0", trial=False, prefix="byte_space").prepare(tok, eval_dir)
+    assert prep.samples
+    for s in prep.samples:
+        data = s.char.encode("utf-8")
+        want = [tok.convert_tokens_to_ids(f"<0x{b:02X}>") for b in b" " + data[: s.k]]
+        assert list(s.prompt_ids) == want and s.prompt_bytes == b" " + data[: s.k]
+
+
+def _published(path, chars):
+    """A Level 0 file in the paper's published shape: mixed languages, no language field."""
+    entries = [
+        {
+            "char": c,
+            "codepoint": ord(c),
+            "hex": f"U+{ord(c):04X}",
+            "count": n,
+            "frequency": n / 100,
+            "tier": t,
+        }
+        for c, n, t in chars
+    ]
+    path.write_text(json.dumps({"description": "cjk", "char_frequencies": entries}, ensure_ascii=False))
+    return str(path)
+
+
+def test_a_published_mixed_file_reports_every_language_it_holds(
+    random_model, byte_fallback_tokenizer, tmp_path
+):
+    chars = [
+        ("中", 9, "common"),
+        ("가", 5, "common"),
+        ("ア", 1, "rare"),
+        ("€", 0, "unseen"),
+        ("é", 2, "rare"),
+    ]
+    probe = get_probe("level0", trial=False, eval_sets=[_published(tmp_path / "cjk_400.json", chars)])
+    got = probe.run(random_model, byte_fallback_tokenizer, None)
+    assert {f"probe/level0/{lang}/all/partial" for lang in ("ja", "ko", "other", "zh")} <= got.keys()
+    assert got["probe/level0/other/all/n"] == 3 + 2  # € has 3 bytes, é 2: k = 1..len
+    assert "probe/level0/other/unseen/k2/strict" in got
+
+
+def test_validate_reads_every_eval_set_before_any_model(tmp_path, eval_dir):
+    get_probe("level0").validate(eval_dir)
+    bad = tmp_path / "cjk.json"
+    bad.write_text(json.dumps({"char_frequencies": [{"char": "中", "count": 1}]}))
+    with pytest.raises(BytecanaryError, match=r"cjk\.json: char_frequencies\[0\]: missing tier"):
+        get_probe("level0", eval_sets=[str(bad)]).validate(None)
+    with pytest.raises(BytecanaryError, match="no eval sets"):
+        get_probe("level0").validate(tmp_path)
 
 
 def test_trial_takes_m_characters_spread_over_tiers(byte_fallback_tokenizer, eval_dir):

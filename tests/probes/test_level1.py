@@ -12,6 +12,16 @@ def test_prompt_is_the_context_then_the_first_bytes(byte_fallback_tokenizer, eva
     s = next(x for x in mine if x.k == 2)
     assert s.prompt_ids[0] == tok.eos_token_id
     assert s.prompt_bytes.endswith("北京很大".encode() + char[:2]) and s.remainder == char[2:]
+    assert s.item_id == "level1.json[2]"
+
+
+def test_byte_space_prefix_replaces_the_separator(byte_fallback_tokenizer, eval_dir):
+    tok = byte_fallback_tokenizer
+    prep = get_probe("level1", trial=False, prefix="byte_space").prepare(tok, eval_dir)
+    s = next(x for x in prep.samples if x.char == "𫝀" and x.k == 2)
+    context = tok.encode("北京很大", add_special_tokens=False)
+    bytes_ = [tok.convert_tokens_to_ids(f"<0x{b:02X}>") for b in b"\xf0\xab"]
+    assert list(s.prompt_ids) == [tok.convert_tokens_to_ids("<0x20>"), *context, *bytes_]
 
 
 def test_keys_by_language_and_prefix_length_with_term_match(random_model, byte_fallback_tokenizer, eval_dir):

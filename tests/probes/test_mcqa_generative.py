@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from bytecanary.keys import WRAPPER_FAMILIES
+from bytecanary.keys import GENERATED_PROTOCOLS, WRAPPER_FAMILIES
 from probes import get_probe
 from probes.mcqa import wrappers
 from probes.mcqa.dashed import Matcher, extract, tfidf_similarities
@@ -144,9 +144,11 @@ def test_generated_metrics_equal_generate_on_each_prompt_alone(wide_model, byte_
     views = probe.prepare(tok, None)
     got = probe.aggregate(views, [probe.compute(wide_model, tok, views)])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
+    line = {(r["task"], r["item_id"], r["rotation"], r["protocol"]): r for r in rows}
     matcher = Matcher()
-    for view, row in zip(views, rows, strict=True):
+    for view in views:
         for p, ids in view.prompts.items():
+            row = line[(view.item.task, view.item.item_id, view.rotation, p)]
             ref = generate_alone(wide_model, ids, 24, tok)
             ref = ref[:-1] if ref and ref[-1] == tok.eos_token_id else ref
             raw = b"".join(
@@ -158,31 +160,31 @@ def test_generated_metrics_equal_generate_on_each_prompt_alone(wide_model, byte_
             )
             text = raw.decode("utf-8", errors="replace")
 
-            assert row[p]["generated"] == [text]
+            assert row["generated"] == [text]
             if p == "dashed":
-                answer, _ = extract(row[p]["generated"][0], view.item.choices)
-                assert row[p]["prediction"] == [matcher.match(answer, view.item.choices)]
+                answer, _ = extract(row["generated"][0], view.item.choices)
+                assert row["prediction"] == [matcher.match(answer, view.item.choices)]
             else:
                 f = p.removeprefix("wrapper_")
-                response = wrappers.response(f, row[p]["generated"][0])
-                assert row[p]["prediction"] == [wrappers.extract_strict(f, response, 4)]
+                response = wrappers.response(f, row["generated"][0])
+                assert row["prediction"] == [wrappers.extract_strict(f, response, 4)]
     for task in ("nonsenseqa_en", "nonsenseqa_ja"):
-        mine = [r for r in rows if r["task"] == task]
+        of = {p: [r for r in rows if r["task"] == task and r["protocol"] == p] for p in GENERATED_PROTOCOLS}
         acc = {}
         for f in WRAPPER_FAMILIES:
-            preds = [r[f"wrapper_{f}"]["prediction"][0] for r in mine]
+            mine = of[f"wrapper_{f}"]
+            preds = [r["prediction"][0] for r in mine]
             acc[f] = np.mean([p == r["answer"] for p, r in zip(preds, mine, strict=True)])
             assert got[f"probe/mcqa/{task}/wrapper_{f}/acc"] == pytest.approx(acc[f])
             assert got[f"probe/mcqa/{task}/wrapper_{f}/parsable"] == pytest.approx(
                 np.mean([p >= 0 for p in preds])
             )
         assert got[f"probe/mcqa/{task}/fsi"] == pytest.approx(max(acc.values()) - min(acc.values()))
-        dashed_acc = np.mean([r["dashed"]["prediction"][0] == r["answer"] for r in mine])
+        mine = of["dashed"]
+        dashed_acc = np.mean([r["prediction"][0] == r["answer"] for r in mine])
         assert got[f"probe/mcqa/{task}/dashed/acc"] == pytest.approx(dashed_acc)
         assert got[f"probe/mcqa/{task}/dashed/chance_distance"] == pytest.approx(abs(dashed_acc - 0.25))
-        hits = [
-            r["dashed"]["prediction"][0] == r["answer"] for r in mine if r["dashed"]["prediction"][0] >= 0
-        ]
+        hits = [r["prediction"][0] == r["answer"] for r in mine if r["prediction"][0] >= 0]
         assert got[f"probe/mcqa/{task}/dashed/matched"] == pytest.approx(len(hits) / len(mine))
         assert got[f"probe/mcqa/{task}/dashed/acc_matched"] == pytest.approx(np.mean(hits), nan_ok=True)
         rules = sum(got[f"probe/mcqa/{task}/dashed/rule_{r}"] for r in ("answer_is", "answer_colon",

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from bytecanary import stats
 from probes import get_probe
@@ -90,13 +91,61 @@ def test_records_reproduce_mcnemar_and_the_strategies_differ(
     probe = _probe(mmlu_file, records=str(out))
     views = probe.prepare(byte_fallback_tokenizer, None)
     got = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)])
-    rows = [json.loads(line) for line in out.read_text().splitlines() if '"mini"' in line]
-    sep = [np.argmax(r["letter_separate"]["ll"]) == r["answer"] for r in rows]
-    mer = [np.argmax(r["letter_merged"]["ll"]) == r["answer"] for r in rows]
+    rows = [r for r in map(json.loads, out.read_text().splitlines()) if r["task"] == "mini"]
+    sep = [np.argmax(r["ll"]) == r["answer"] for r in rows if r["protocol"] == "letter_separate"]
+    mer = [np.argmax(r["ll"]) == r["answer"] for r in rows if r["protocol"] == "letter_merged"]
     assert got["probe/mcqa/mini/mcnemar_p"] == pytest.approx(stats.mcnemar_exact(sep, mer))
-    assert all(
-        r["letter_separate"]["continuation_ids"] != r["letter_merged"]["continuation_ids"] for r in rows
-    )
+    ids = {(r["item_id"], r["protocol"]): r["continuation_ids"] for r in rows if "continuation_ids" in r}
+    assert all(ids[i, "letter_separate"] != ids[i, "letter_merged"] for i, _ in ids)
+
+
+def test_records_of_two_checkpoints_join_by_checkpoint_and_item(byte_fallback_tokenizer, mmlu_file, tmp_path):
+    """Two models probed into one file: every line names its checkpoint, step, task, protocol
+    and item (the dataset's ``id`` column when it has one, else the row index)."""
+    rows = [{**r, "id": f"q{i}"} for i, r in enumerate(ITEMS)]
+    with_ids = tmp_path / "ids.jsonl"
+    with_ids.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "items.jsonl"
+    probe = _probe(str(with_ids), records=str(out), protocols=["letter_merged", "cloze"])
+    views = probe.prepare(byte_fallback_tokenizer, None)
+    lls = {}
+    for step, seed in ((100, 0), (200, 1)):
+        torch.manual_seed(seed)
+        cfg = GPT2Config(
+            vocab_size=len(byte_fallback_tokenizer), n_positions=512, n_embd=32, n_layer=1, n_head=2
+        )
+        model = GPT2LMHeadModel(cfg).eval()
+        probe.record_context = {"checkpoint": f"ckpt{step}", "step": step, "tokens_seen": step * 4096}
+        probe.aggregate(views, [probe.compute(model, byte_fallback_tokenizer, views)])
+        lls[step] = probe.compute(model, byte_fallback_tokenizer, views)["cloze"]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    by_key = {(r["checkpoint"], r["task"], r["protocol"], r["item_id"]): r for r in lines}
+    assert len(by_key) == len(lines) == 2 * 2 * len(views)  # no two lines share a key
+    assert {r["item_id"] for r in lines if r["task"] == "mini"} == {f"q{i}" for i in range(4)}
+    assert {r["item_id"] for r in lines if r["task"] == "nonsenseqa_ja"} == {str(i) for i in range(6)}
+    for step in (100, 200):
+        for i, v in enumerate(views):
+            row = by_key[(f"ckpt{step}", v.item.task, "cloze", v.item.item_id)]
+            assert row["step"] == step and row["tokens_seen"] == step * 4096
+            np.testing.assert_allclose(row["ll"], lls[step][i, : len(v.item.choices)])
+
+
+def test_a_mixed_language_file_becomes_one_task_per_language(wide_model, byte_fallback_tokenizer, tmp_path):
+    rows = [{**r, "lang": lang} for r, lang in zip(ITEMS, ("en", "ja", "en", "zh"), strict=True)]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    task = {"name": "mix", "schema": "mmlu", "path": "json", "split": "train", "data_files": [str(path)],
+            "columns": {"language": "lang"}}  # fmt: skip
+    probe = get_probe("mcqa", tasks=[task], embedded_per_language=0, nonsense_per_language=0,
+                      protocols=["cloze"])  # fmt: skip
+    probe.validate(None)
+    views = probe.prepare(byte_fallback_tokenizer, None)
+    assert sorted((v.item.task, v.item.language, v.item.item_id) for v in views) == [
+        ("mix_en", "en", "0"), ("mix_en", "en", "2"), ("mix_ja", "ja", "1"), ("mix_zh", "zh", "3")
+    ]  # fmt: skip
+    got = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)])
+    assert {k for k in got if k.endswith("/n")} == {f"probe/mcqa/mix_{g}/n" for g in ("en", "ja", "zh")}
+    assert got["probe/mcqa/mix_en/n"] == 2
 
 
 def test_sharded_equals_single_and_permutations(wide_model, byte_fallback_tokenizer, mmlu_file):

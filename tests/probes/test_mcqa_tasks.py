@@ -74,9 +74,33 @@ def test_parquet_and_a_column_mapping(tmp_path):
     src = TaskSource(name="mine", schema="mmlu", language="en", path="parquet", split="train",
                      data_files=[str(tmp_path / "t.parquet")], columns=mapping)  # fmt: skip
     assert load_task(src) == [
-        McqaItem("mine", "en", "1+1?", ("1", "2"), 1),
-        McqaItem("mine", "en", "0+0?", ("0", "9"), 0),
+        McqaItem("mine", "en", "1+1?", ("1", "2"), 1, item_id="0"),  # no id column: the row index
+        McqaItem("mine", "en", "0+0?", ("0", "9"), 0, item_id="1"),
     ]
+
+
+def test_item_ids_and_a_language_column(tmp_path):
+    rows = [
+        {"qid": "a7", "question": "1+1?", "choices": ["1", "2"], "answer": 1, "lang": "ko"},
+        {"qid": "b3", "question": "0+0?", "choices": ["0", "9"], "answer": 0, "lang": "en"},
+    ]
+    columns = {"id": "qid", "language": "lang"}
+    src = TaskSource(name="mix", schema="mmlu", path="json", split="train",
+                     data_files=[_jsonl(tmp_path / "t.jsonl", rows)], columns=columns)  # fmt: skip
+    items = load_task(src)
+    assert [(i.task, i.language, i.item_id) for i in items] == [
+        ("mix_ko", "ko", "a7"),
+        ("mix_en", "en", "b3"),
+    ]
+    src.columns = {"id": "uid", "language": "lang"}
+    with pytest.raises(BytecanaryError, match=r"row 0: column 'uid' not found"):
+        load_task(src)
+    src.data_files = [_jsonl(tmp_path / "u.jsonl", [{**rows[0], "lang": "fr"}])]
+    src.columns = {"language": "lang"}
+    with pytest.raises(BytecanaryError, match=r"row 0: language 'fr' is not one of en, ja, ko, zh"):
+        load_task(src)
+    with pytest.raises(ValueError, match=r"language: give the task's language, or columns: \{language"):
+        TaskSource(name="x", schema="mmlu", path="json")
 
 
 def test_bad_rows_name_the_task_row_and_column(tmp_path):

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from bytecanary import keys
 from probes import get_probe
 from probes.level0 import Level0Probe
 from probes.level1 import Level1Probe
@@ -31,16 +32,27 @@ def test_sharded_compute_equals_single_process(random_model, byte_fallback_token
     assert probe.aggregate(prep, shards) == single
 
 
-def test_per_sample_records_stream_to_jsonl(random_model, byte_fallback_tokenizer, eval_dir, tmp_path):
+@pytest.mark.parametrize("level", [0, 1])
+def test_per_sample_records_name_checkpoint_and_item(
+    wide_model, byte_fallback_tokenizer, eval_dir, tmp_path, level
+):
+    """Two "checkpoints" write to one file; rows join to checkpoint and item by their fields."""
     out = tmp_path / "samples.jsonl"
-    probe = get_probe("level0", trial=False, records=str(out))
+    probe = get_probe(f"level{level}", trial=False, records=str(out))
     prep = probe.prepare(byte_fallback_tokenizer, eval_dir)
-    metrics = probe.aggregate(prep, [probe.compute(random_model, byte_fallback_tokenizer, prep)])
+    for step in (1, 2):
+        probe.record_context = {"checkpoint": f"step{step}.ckpt", "step": step, "tokens_seen": 4096 * step}
+        metrics = probe.aggregate(prep, [probe.compute(wide_model, byte_fallback_tokenizer, prep)])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(rows) == metrics["probe/level0/all/all/n"]
-    row = next(r for r in rows if r["char"] == "𫝀" and r["k"] == 2)
-    assert row["prompt_bytes"] == " \xf0\xab".encode("latin-1").hex() and row["remainder"] == "9d80"
-    assert len(row["partial"]) == 5 and row["delta_ll"] is not None
+    n = int(metrics[keys.level0(metric="n") if level == 0 else keys.level1(metric="n")])
+    assert len(rows) == 2 * n
+    by_key = {(r["checkpoint"], r["item_id"], r["k"]): r for r in rows}
+    assert len(by_key) == 2 * n  # (checkpoint, item, k) names one row
+    assert {(r["step"], r["tokens_seen"]) for r in rows} == {(1, 4096), (2, 8192)}
+    item = "zh:U+2B740" if level == 0 else "level1.json[2]"
+    row = by_key[("step2.ckpt", item, 2)]
+    assert row["char"] == "𫝀" and row["probe"] == f"level{level}" and row["remainder"] == "9d80"
+    assert row["prompt_bytes"].endswith("f0ab") and len(row["partial"]) == 5 and row["delta_ll"] is not None
 
 
 def test_level0_and_level1_are_siblings_and_only_level1_reports_term_match():
@@ -52,5 +64,7 @@ def test_level0_and_level1_are_siblings_and_only_level1_reports_term_match():
 def test_an_unknown_prefix_is_refused():
     from bytecanary.errors import BytecanaryError
 
-    with pytest.raises(BytecanaryError, match="probes: level1: prefix must be eos, bos or none"):
+    with pytest.raises(
+        BytecanaryError, match="probes: level1: prefix must be one of eos, bos, none, byte_space"
+    ):
         get_probe("level1", prefix="space")

@@ -1,8 +1,11 @@
 """Fabricated run directories whose answers are known: perplexity converges at 1e5 tokens,
-Level 0 validity at 2e5, and the MCQA numbers are seeded draws."""
+Level 0 validity at 2e5 (or, with ``validity="flat"``/``"rising"``, shows no change beyond
+noise / is still moving at the end), each point off by seeded noise of the size the report
+assumes; the MCQA numbers are seeded draws."""
 
 import json
 import math
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -12,23 +15,42 @@ from bytecanary.data.languages import LANGUAGES
 
 TOKENS = [20_000 * k for k in range(1, 21)]  # 2e4 .. 4e5
 PPL_AT, VALIDITY_AT = 100_000, 200_000
+N = {"all": 4096, **dict.fromkeys(LANGUAGES, 1024)}  # Level 0 samples per language
 TASKS = [f"{kind}_{lang}" for kind in ("wordcomp", "nonsenseqa") for lang in LANGUAGES]
 FAMILIES = ("plain", "json", "structured", "structured_delim", "deliberate")
 
 
+def _normal(t: int, name: str) -> float:
+    """A seeded standard normal draw per (tokens, curve): the same run every time."""
+    return float(np.random.default_rng([t, zlib.crc32(name.encode())]).normal())
+
+
 def ppl(t: int) -> float:
-    return 20.0 if t >= PPL_AT else 20.0 + 3000.0 / (t / 20_000)
+    """Falls as 1/t to 20 at ``PPL_AT``, then flat; 1% jitter between checkpoints."""
+    clean = 20.0 if t >= PPL_AT else 20.0 + 3000.0 / (t / 20_000)
+    return clean * math.exp(0.01 * _normal(t, "val/ppl"))
 
 
-def validity(t: int, top: float) -> float:
+def clean_validity(t: int, top: float, shape: str) -> float:
+    if shape == "flat":
+        return top
+    if shape == "rising":  # a tenth of the way up per decade of tokens, to the end
+        return top - 0.3 + 0.1 * math.log10(t / TOKENS[0])
     return top if t >= VALIDITY_AT else top * t / (VALIDITY_AT + 20_000)
 
 
-def level0(t: int) -> dict[str, float]:
+def validity(t: int, top: float, lang: str = "all", shape: str = "converges") -> float:
+    """A validity point as a probe of ``N[lang]`` samples measures it (binomial noise)."""
+    p = clean_validity(t, top, shape)
+    return p + math.sqrt(p * (1 - p) / N[lang]) * _normal(t, f"{lang}/{top}")
+
+
+def level0(t: int, shape: str = "converges") -> dict[str, float]:
     m = {}
     for lang in ("all", *LANGUAGES):
-        m[f"probe/level0/{lang}/all/partial"] = validity(t, 0.9)
-        m[f"probe/level0/{lang}/all/strict"] = validity(t, 0.6)
+        m[f"probe/level0/{lang}/all/partial"] = validity(t, 0.9, lang, shape)
+        m[f"probe/level0/{lang}/all/strict"] = validity(t, 0.6, lang, shape)
+        m[f"probe/level0/{lang}/all/n"] = float(N[lang])
         for i, tier in enumerate(TIERS):
             m[f"probe/level0/{lang}/{tier}/partial"] = validity(t, 0.95 - 0.1 * i) if lang != "all" else 0.0
     return m
@@ -66,7 +88,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
-def make_run(root: Path, probes: bool = True) -> Path:
+def make_run(root: Path, probes: bool = True, validity: str = "converges") -> Path:
     run = root / "run"
     run.mkdir()
     metrics = []
@@ -76,7 +98,7 @@ def make_run(root: Path, probes: bool = True) -> Path:
     write_jsonl(run / "metrics.jsonl", metrics)
     if probes:
         rng = np.random.default_rng(0)
-        rows = [record(t, "level0", level0(t)) for t in TOKENS]
+        rows = [record(t, "level0", level0(t, validity)) for t in TOKENS]
         rows += [record(t, "mcqa", mcqa(t, rng)) for t in TOKENS]
         rows.append(record(TOKENS[-1], "level0", {"probe/level0/all/all/partial": 0.0}, status="failed"))
         write_jsonl(run / "probes.jsonl", rows)

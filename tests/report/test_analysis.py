@@ -1,4 +1,5 @@
-"""Convergence points and cross-checkpoint MCQA statistics, against direct recomputations."""
+"""Convergence verdicts and ratio on fabricated runs, and cross-checkpoint MCQA statistics
+against direct recomputations."""
 
 import itertools
 import json
@@ -7,42 +8,62 @@ import math
 import numpy as np
 import pytest
 
-from bytecanary import keys
+from bytecanary import keys, stats
 from bytecanary.io import read_jsonl
 from bytecanary.report import analysis
 
-from .runs import FAMILIES, PPL_AT, TASKS, TOKENS, VALIDITY_AT, make_run, ppl, record, validity
+from .runs import FAMILIES, PPL_AT, TASKS, TOKENS, VALIDITY_AT, make_run, record
 
 
-def _converges_at(xs: list[float], ys: list[float], rtol: float = 0.05, tail: float = 0.1) -> float | None:
-    """The convergence rule written out: walk back from the end while points stay in the band."""
-    plateau = sum(ys[-math.ceil(tail * len(ys)) :]) / math.ceil(tail * len(ys))
-    first = None
-    for x, y in reversed(list(zip(xs, ys, strict=True))):
-        if abs(y - plateau) > rtol * abs(plateau):
-            break
-        first = x
-    return first
+def _convergence(run):
+    return analysis.convergence(read_jsonl(run / "metrics.jsonl"), read_jsonl(run / "probes.jsonl"))
 
 
-def test_convergence_ratio_equals_a_recomputation(tmp_path):
-    run = make_run(tmp_path)
-    conv = analysis.convergence(read_jsonl(run / "metrics.jsonl"), read_jsonl(run / "probes.jsonl"))
-    want_ppl = _converges_at(TOKENS, [ppl(t) for t in TOKENS])
-    want_validity = _converges_at(TOKENS, [validity(t, 0.9) for t in TOKENS])
-    assert (want_ppl, want_validity) == (PPL_AT, VALIDITY_AT)
-    assert conv.ppl.converged_at == want_ppl
-    assert conv.validity_tokens == want_validity
-    assert conv.ratio == pytest.approx(want_validity / want_ppl) == pytest.approx(2.0)
+def test_convergence_points_and_ratio_with_its_ci(tmp_path):
+    conv = _convergence(make_run(tmp_path))
+    assert conv.ppl.converged_at == PPL_AT and conv.ppl.se is None and conv.ppl.log
+    assert all(c.state == stats.CONVERGED and c.converged_at == VALIDITY_AT for c in conv.validity.values())
+    assert conv.ratio.value == pytest.approx(2.0)
+    assert conv.ratio.lo <= 2.0 <= conv.ratio.hi and conv.ratio.hi - conv.ratio.lo < 0.5
+    assert conv.ratio.both_converged > 0.9
     assert set(conv.validity) == set(analysis.VALIDITY_KEYS)
-    assert conv.validity[analysis.HEADLINE_KEY].values[-1] == 0.9  # the failed record is ignored
+    headline = conv.validity[analysis.HEADLINE_KEY]
+    assert headline.values[-1] == pytest.approx(0.9, abs=0.02)  # the failed record (0.0) is ignored
+    # each point's SE is the binomial one of the n the probe recorded
+    assert headline.se[-1] == pytest.approx(analysis.proportion_se(headline.values[-1], 4096))
+    assert headline.se[-1] == pytest.approx(math.sqrt(0.9 * 0.1 / 4096), rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("shape", "state", "words"),
+    [
+        ("flat", stats.NO_CHANGE, "validity shows no change beyond noise"),
+        ("rising", stats.MOVING, "validity is still moving at the end of the run"),
+    ],
+)
+def test_no_ratio_from_a_curve_that_did_not_converge(tmp_path, shape, state, words):
+    conv = _convergence(make_run(tmp_path, validity=shape))
+    assert conv.ppl.converged_at == PPL_AT and conv.validity[analysis.HEADLINE_KEY].state == state
+    assert conv.ratio is None and conv.ratio_to_ppl(conv.validity[analysis.HEADLINE_KEY]) is None
+    assert conv.explain() == f"No validity/perplexity ratio: {words}"
 
 
 def test_too_few_points_have_no_convergence_point():
-    conv = analysis.convergence([{"tokens_seen": 1, "val/ppl": 5.0}, {"tokens_seen": 2, "val/ppl": 4.0}], [])
+    rows = [{"tokens_seen": t, "val/ppl": 9.0 - t} for t in (1, 2, 3)] + [{"tokens_seen": 0, "val/ppl": 1.0}]
+    conv = analysis.convergence(rows, [])
+    assert conv.ppl.tokens == [1.0, 2.0, 3.0]  # a point at 0 tokens has no place on a log axis
     assert conv.ppl.converged_at is None and conv.ratio is None
-    assert "too few points" in conv.ppl.describe
+    assert conv.ppl.describe == "has too few points (3 < 4)"
+    assert (
+        conv.explain()
+        == "No validity/perplexity ratio: val/ppl has too few points (3 < 4); no Level 0 validity records"
+    )
     assert conv.validity == {}
+
+
+def test_proportion_se_is_never_zero():
+    assert analysis.proportion_se(0.0, 100) == pytest.approx(math.sqrt(1 / 102 * 101 / 102 / 100))
+    assert analysis.proportion_se(0.5, None) is None and analysis.proportion_se(0.5, 0) is None
 
 
 def _tau_by_pair_count(x: list[float], y: list[float]) -> float:

@@ -1,6 +1,7 @@
 """``bytecanary report``: the report folder, ``report.md``'s tables and commands, W&B, and
 what happens when the inputs are bad."""
 
+import json
 import shutil
 
 import pytest
@@ -24,20 +25,22 @@ def test_report_writes_valid_pngs(reported):
 def test_report_md_holds_the_tables_and_commands(reported):
     run = reported[0]
     md = (run / "report" / "report.md").read_text(encoding="utf-8")
-    assert "converges after 2.00x the tokens of perplexity (200,000 vs 100,000 tokens seen)" in md
-    assert "within 5% of its plateau (the mean of its last 10% of points)" in md
+    want = "converges after 2.00x the tokens of perplexity (95% CI 2.00-2.00; 200,000 vs 100,000 tokens seen)"
+    assert want in md
+    assert "One detector judges every curve" in md and "parametric bootstrap" in md
     for title in (
         "per checkpoint",
-        "Convergence points",
+        "Convergence (one detector for every curve",
         "by tier, zh",
         "MCQA accuracy",
         "FSI and PSI",
         "MCQA by task",
     ):
         assert title in md
-    assert "| 100,000 | 24 | 20.0 |" in md  # the per-checkpoint table, perplexity merged in
-    assert "| val/ppl | 20 | 100,000 | 1.00 |" in md
-    assert "| probe/level0/all/all/partial | 20 | 200,000 | 2.00 |" in md
+    assert "| 100,000 | 24 | 20.1 |" in md  # the per-checkpoint table, perplexity merged in
+    assert "| val/ppl | 20 | converged | 100,000 | 1.00 | 16 |" in md
+    assert "| probe/level0/all/all/partial | 20 | converged | 200,000 | 2.00 | 11 |" in md
+    assert "| curve |" in md and "| probe (n) |" in md  # where each curve's noise comes from
     assert f"bytecanary train --config {run}/config.yaml --run.name=run-rerun" in md
     assert f"bytecanary probe {run}/checkpoints --config {run}/config.yaml --out {run}/probes.jsonl" in md
     assert f"bytecanary report {run}" in md
@@ -57,7 +60,9 @@ def test_headers_say_which_way_is_better(reported):
 def test_cli_prints_the_summary_and_path(reported):
     run, stdout = reported
     assert stdout == report_summary(run) + "\n"
-    assert "100,000" in stdout and "200,000" in stdout and "2.00x" in stdout
+    assert "validation perplexity converges at 100,000 tokens seen (slope" in stdout
+    assert "Level 0 validity (all, partial) converges at 200,000 tokens seen (slope" in stdout
+    assert "validity/perplexity tokens: 2.00x (95% CI 2.00-2.00; the paper reports about 2x)" in stdout
     assert str(run / "report" / "report.md") in stdout
 
 
@@ -67,21 +72,34 @@ def test_perplexity_only_run(tmp_path):
     assert is_png(out / "convergence.png")
     assert (out / "tiers.png").stat().st_size > 0 and (out / "mcqa.png").stat().st_size > 0
     md = (out / "report.md").read_text(encoding="utf-8")
-    assert "No validity/perplexity ratio" in md and "## MCQA" not in md
-    assert "validity/perplexity tokens: n/a" in report_summary(run)
+    assert "No validity/perplexity ratio: no Level 0 validity records." in md and "## MCQA" not in md
+    assert "validity/perplexity tokens: n/a (no Level 0 validity records)" in report_summary(run)
 
 
-def test_malformed_line_names_file_and_line(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("shape", "words"),
+    [("flat", "shows no change beyond noise"), ("rising", "is still moving at the end of the run")],
+)
+def test_report_says_in_words_why_there_is_no_ratio(tmp_path, shape, words):
+    run = make_run(tmp_path, validity=shape)
+    md = (write_report(run, wandb=False) / "report.md").read_text(encoding="utf-8")
+    assert f"No validity/perplexity ratio: validity {words}." in md
+    summary = report_summary(run).splitlines()
+    assert summary[0].startswith("validation perplexity converges at 100,000 tokens seen")
+    assert summary[1].startswith(f"Level 0 validity (all, partial) {words} (")
+    assert summary[2] == f"validity/perplexity tokens: n/a (validity {words})"
+    assert "(95% CI" not in report_summary(run)  # no ratio from a curve that did not converge
+
+
+def test_malformed_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path, capsys):
     run = make_run(tmp_path)
     lines = (run / "metrics.jsonl").read_text().splitlines()
     lines[2] = lines[2][:-5]
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    with pytest.raises(BytecanaryError, match=r"metrics\.jsonl:3: not valid JSON"):
-        write_report(run, wandb=False)
-    assert main(["report", str(run), "--no-wandb"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and "metrics.jsonl:3" in err and len(err.strip().splitlines()) == 1
-    assert not (run / "report").exists()
+    assert main(["report", str(run), "--no-wandb"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: ") and "metrics.jsonl:3: not valid JSON" in err[0]
+    assert (run / "report" / "report.md").is_file()
 
 
 def test_unterminated_last_line_is_a_write_in_flight(tmp_path):
@@ -133,3 +151,8 @@ def test_report_logs_figures_to_the_runs_offline_wandb_run(tmp_path, monkeypatch
         for p in (newest / "files" / "media" / "table" / "report" / "table").glob("*.json")
     }
     assert {"convergence", "mcqa"} <= tables
+    chart_dir = newest / "files" / "media" / "table" / "report" / "chart"
+    charts = {p.name.split("_table")[0] for p in chart_dir.glob("*.json")}
+    assert charts == {"ppl_vs_tokens", "validity_vs_tokens"}  # line_series: the values behind the charts
+    rows = json.loads(next(chart_dir.glob("validity_vs_tokens*.json")).read_text())["data"]
+    assert {r[1] for r in rows} >= {"probe/level0/all/all/partial", "probe/level0/all/all/strict"}

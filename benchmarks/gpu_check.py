@@ -1,0 +1,296 @@
+"""One GPU check of the 355M path, written to one JSON.
+
+On one CUDA GPU (about 8 minutes on an H200), everything through ``bytecanary`` as a user
+runs it, on ``configs/gpt2-355m.yaml`` (bf16-mixed, torch.compile):
+
+1. a short real run on the default data: tokens/s and MFU (``perf/*`` of metrics.jsonl)
+   over warm log windows, then the window in which a checkpoint is written and the probes
+   fire, the seconds of each probe, the final loss and validation perplexity;
+2. its last checkpoint exported (``bytecanary export``) and probed again from the HF folder
+   (``bytecanary probe``), with the largest difference to the training-time probe metrics;
+3. a few steps with ``configs/strategy/fsdp.yaml`` (FSDP on one GPU), its checkpoint exported.
+
+``--smoke`` runs the same on a CPU with a tiny model, a few steps and a small corpus it
+prepares itself (under a minute on 2 cores; ``make test`` runs it, tests/test_gpu_check.py).
+
+    python benchmarks/gpu_check.py [--out gpu_check.json] [--data data/default] [--batch-size 64]
+    python benchmarks/gpu_check.py --smoke --out /tmp/gpu_check.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lightning
+import torch
+import transformers
+import yaml
+
+from bytecanary.io import read_jsonl
+from train.throughput import peak_flops
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESET = ROOT / "configs" / "gpt2-355m.yaml"
+FSDP = ROOT / "configs" / "strategy" / "fsdp.yaml"
+# the default corpus, else one that needs no network (a GPU machine may have none)
+DATA_CONFIGS = (ROOT / "configs" / "data" / "default.yaml", ROOT / "configs" / "data" / "synthetic.yaml")
+PROBES = [
+    {"name": "level0", "trial": True},
+    {"name": "level1", "trial": True},
+    {"name": "mcqa", "trial": True},
+]
+SMOKE_PROBES = [
+    {"name": "level0", "trial": True, "per_language": 2},
+    {"name": "level1", "trial": True, "per_language": 2},
+    {"name": "mcqa", "embedded_per_language": 2, "nonsense_per_language": 2, "generative_per_task": 1},
+]
+SMOKE_DATA = {
+    "name": "smoke",
+    "seed": 0,
+    "mixture": {"en": 0.1, "ja": 0.3, "ko": 0.3, "zh": 0.3},
+    "val_fraction": 0.05,
+    "sources": [{"language": lang, "synthetic": {"megabytes": 0.12}} for lang in ("en", "ja", "ko", "zh")],
+    "tokenizer": {"vocab_size": 1200, "character_coverage": 0.995},
+    "eval": {
+        "max_per_tier": 20,
+        "snapshot_tokens": [20000],
+        "level1_per_language": 8,
+        "wordcomp_per_language": 8,
+    },
+}
+SMOKE_MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 64}
+
+
+@dataclass
+class Plan:
+    """The sizes of one check: one GPU's, or ``--smoke``'s on a CPU."""
+
+    batch_size: int
+    steps: int  # of the run with probes; checkpoints (and probes) at steps/2 and steps
+    log_every: int  # perf/* windows are this many steps
+    fsdp_steps: int
+    probes: list[dict[str, Any]]
+    flags: list[str] = field(default_factory=list)  # extra `bytecanary train` flags
+
+
+def gpu_plan(batch_size: int | None) -> Plan:
+    """Micro-batch 64 x 1024 tokens fills an H200 (about 70 GB in bf16); 32 on 80 GB cards."""
+    memory = torch.cuda.get_device_properties(0).total_memory
+    default = 64 if memory > 100 * 2**30 else 32
+    one = ["--trainer.devices=1"]  # the preset's `auto` would take every GPU
+    return Plan(batch_size or default, steps=200, log_every=10, fsdp_steps=30, probes=PROBES, flags=one)
+
+
+def smoke_plan() -> Plan:
+    arch = [f"--model.arch.{k}={v}" for k, v in SMOKE_MODEL.items()]
+    cpu = ["--trainer.accelerator=cpu", "--trainer.devices=1", "--model.compile=false"]
+    return Plan(4, steps=12, log_every=2, fsdp_steps=0, probes=SMOKE_PROBES, flags=[*arch, *cpu])
+
+
+class StepFailed(RuntimeError):
+    pass
+
+
+def bytecanary(*args: str, timeout: float = 1800) -> float:
+    """Run ``bytecanary ARGS`` as a user would; its wall seconds. Fails with its stderr's tail."""
+    start = time.perf_counter()
+    cmd = [sys.executable, "-m", "bytecanary.cli", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if proc.returncode != 0:
+        raise StepFailed(f"`bytecanary {' '.join(args)}` exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return round(time.perf_counter() - start, 1)
+
+
+def environment() -> dict[str, Any]:
+    gpu = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if gpu else torch.device("cpu")
+    cpu = f"cpu ({platform.processor() or platform.machine()})"
+    return {
+        "device": torch.cuda.get_device_name(0) if gpu else cpu,
+        "gpu_memory_gb": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1) if gpu else None,
+        "peak_bf16_flops": peak_flops(device, torch.bfloat16),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if gpu else None,
+        "lightning": lightning.__version__,
+        "transformers": transformers.__version__,
+        "cpu_threads": torch.get_num_threads(),
+    }
+
+
+def prepare_data(data: str | None, smoke: bool, work: Path) -> Path:
+    """``--data`` if given, else data/default when prepared, else prepare it (smoke: a small corpus)."""
+    if data:
+        return Path(data)
+    if smoke:
+        config = work / "smoke.yaml"
+        config.write_text(yaml.safe_dump(SMOKE_DATA), encoding="utf-8")
+        bytecanary("prepare", "--config", str(config), "--out", str(work / "data"))
+        return work / "data"
+    if (ROOT / "data" / "default" / "shards" / "index.json").exists():
+        return ROOT / "data" / "default"
+    for config in DATA_CONFIGS:
+        try:
+            bytecanary("prepare", "--config", str(config), "--out", str(ROOT / "data" / config.stem))
+            return ROOT / "data" / config.stem
+        except StepFailed as err:
+            print(f"gpu_check: {config.name} could not be prepared here: {str(err).splitlines()[0]}")
+    raise StepFailed("no corpus could be prepared; pass --data")
+
+
+def ok(record: dict[str, Any]) -> dict[str, Any]:
+    """A probes.jsonl record, or the failure it records."""
+    if record["status"] != "ok":
+        raise StepFailed(f"probe {record['probe']} failed at step {record['step']}: {record['error']}")
+    return record
+
+
+def train_args(plan: Plan, data: Path, run: Path, steps: int, every: int, *configs: Path) -> list[str]:
+    """``bytecanary train`` of the preset into ``run``: checkpoints every ``every`` steps only,
+    validation at the end, no progress bar (its per-step read of the loss syncs the GPU)."""
+    config_args = [a for c in (PRESET, *configs) for a in ("--config", str(c))]
+    return [
+        "train",
+        *config_args,
+        *(f"--data.data_dir={data}", f"--data.batch_size={plan.batch_size}", "--data.val_tokens=16384"),
+        *(f"--trainer.max_steps={steps}", f"--trainer.log_every_n_steps={plan.log_every}"),
+        *(f"--trainer.val_check_interval={steps}", "--trainer.enable_progress_bar=false"),
+        *(f"--run.checkpoint_every={every}", "--run.log_spaced_until=null"),
+        *(f"--run.root={run.parent}", f"--run.name={run.name}", "--run.wandb=false"),
+        *plan.flags,
+    ]
+
+
+def perf_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians of ``perf/*`` over log windows, with the steps they end at."""
+    perf = [r for r in rows if "perf/tokens_per_s" in r]
+    out: dict[str, Any] = {"windows_ending_at_steps": [r["step"] for r in perf]}
+    for key in ("tokens_per_s", "samples_per_s", "mfu"):
+        values = [r[f"perf/{key}"] for r in perf if f"perf/{key}" in r]
+        out[key] = statistics.median(values) if values else None
+    return out
+
+
+def run_with_probes(plan: Plan, data: Path, work: Path) -> dict[str, Any]:
+    """Train ``plan.steps`` with the probes firing at each checkpoint; split perf/* into warm
+    windows (after compile and before the first checkpoint) and the window holding it."""
+    probes = work / "probes.yaml"
+    probes.write_text(yaml.safe_dump({"probes": plan.probes}), encoding="utf-8")
+    run, first = work / "run", plan.steps // 2
+    seconds = bytecanary(*train_args(plan, data, run, plan.steps, first, probes))
+    rows = read_jsonl(run / "metrics.jsonl")
+    warm = [r for r in rows if 3 * plan.log_every <= r["step"] <= first]
+    firing = [r for r in rows if first < r["step"] <= first + plan.log_every]
+    probe_seconds: dict[str, list[float]] = {}
+    for record in read_jsonl(run / "probes.jsonl"):
+        probe_seconds.setdefault(ok(record)["probe"], []).append(record["seconds"])
+    train = [r for r in rows if "train/loss" in r]
+    val = [r for r in rows if "val/ppl" in r]
+    return {
+        "seconds": seconds,
+        "tokens_seen": train[-1]["tokens_seen"],
+        "train_loss": [train[0]["train/loss"], train[-1]["train/loss"]],
+        "val_ppl": val[-1]["val/ppl"] if val else None,
+        "warm": perf_summary(warm),
+        "with_checkpoint_and_probes": perf_summary(firing),
+        "probe_seconds": probe_seconds,
+        "checkpoint": str(run / "checkpoints" / "last.ckpt"),
+    }
+
+
+def export_and_probe(trained: dict[str, Any], work: Path) -> dict[str, Any]:
+    """Export the last checkpoint and run ``bytecanary probe`` on the HF folder; compare its
+    metrics with the ones the training-time probes logged for the same weights."""
+    hf, out = work / "hf", work / "probe_cli.jsonl"
+    export_s = bytecanary("export", trained["checkpoint"], str(hf))
+    probe_s = bytecanary(
+        "probe", str(hf), "--config", str(work / "probes.yaml"), "--no-wandb", "--out", str(out)
+    )
+    cli = {r["probe"]: r for r in read_jsonl(out)}
+    during = {r["probe"]: r["metrics"] for r in read_jsonl(work / "run" / "probes.jsonl")}  # the last wins
+    diff = {}
+    for name, record in cli.items():
+        shared = ok(record)["metrics"].keys() & during[name].keys()
+        diff[name] = max(abs(record["metrics"][k] - during[name][k]) for k in shared)
+    return {
+        "export_seconds": export_s,
+        "probe_command_seconds": probe_s,
+        "probe_seconds": {n: r["seconds"] for n, r in cli.items()},
+        "max_abs_diff_to_training_probes": diff,
+    }
+
+
+def fsdp_run(plan: Plan, data: Path, work: Path) -> dict[str, Any]:
+    """The preset composed with the FSDP preset on one GPU; its full checkpoint exported."""
+    if not torch.cuda.is_available():
+        return {"skipped": "Lightning's FSDP needs CUDA"}
+    steps = plan.fsdp_steps
+    seconds = bytecanary(*train_args(plan, data, work / "fsdp", steps, steps, FSDP))
+    rows = read_jsonl(work / "fsdp" / "metrics.jsonl")
+    export_s = bytecanary("export", str(work / "fsdp" / "checkpoints" / "last.ckpt"), str(work / "fsdp_hf"))
+    warm = [r for r in rows if r["step"] >= 2 * plan.log_every]
+    return {"seconds": seconds, "warm": perf_summary(warm), "export_seconds": export_s}
+
+
+def attempt(results: dict[str, Any], name: str, step: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """Run one part; a failure is recorded in the JSON and the other parts still run."""
+    print(f"gpu_check: {name} ...", flush=True)
+    try:
+        results[name] = step()
+    except Exception as err:
+        results[name] = {"error": str(err) if isinstance(err, StepFailed) else traceback.format_exc()}
+        return None
+    return results[name]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="gpu_check.json")
+    parser.add_argument("--data", help="a prepared data folder (default: data/default, prepared if missing)")
+    parser.add_argument(
+        "--batch-size", type=int, help="micro-batch (default: 64 above 100 GB of GPU memory, else 32)"
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="CPU, tiny model, a few steps: checks the script"
+    )
+    parser.add_argument("--work", help="folder for runs and data (default: a temporary one)")
+    args = parser.parse_args()
+    if not args.smoke and not torch.cuda.is_available():
+        parser.error("no CUDA GPU here; --smoke runs the check on a CPU with tiny sizes")
+    start = time.perf_counter()
+    plan = smoke_plan() if args.smoke else gpu_plan(args.batch_size)
+    results: dict[str, Any] = {"mode": "smoke" if args.smoke else "gpu", "environment": environment()}
+    results["plan"] = asdict(plan)
+    with tempfile.TemporaryDirectory(dir=args.work) as tmp:
+        work = Path(tmp)
+        data = attempt(results, "data", lambda: {"dir": str(prepare_data(args.data, args.smoke, work))})
+        if data:
+            data_dir = Path(data["dir"])
+            trained = attempt(results, "run", lambda: run_with_probes(plan, data_dir, work))
+            if trained:
+                attempt(results, "export_and_probe", lambda: export_and_probe(trained, work))
+            attempt(results, "fsdp", lambda: fsdp_run(plan, data_dir, work))
+    results["seconds"] = round(time.perf_counter() - start, 1)
+    Path(args.out).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    failed = [k for k, v in results.items() if isinstance(v, dict) and "error" in v]
+    print(
+        f"gpu_check: {args.out} written in {results['seconds']} s" + (f"; failed: {failed}" if failed else "")
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

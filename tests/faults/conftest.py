@@ -1,0 +1,103 @@
+"""The fault-injection battery's tools: the command line as a user runs it (in a subprocess
+where the fault is a process's death or a resource limit, in-process otherwise), the
+one-line error contract, and a trained micro run to break copies of."""
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ..conftest import MICRO
+
+ROOT = Path(__file__).resolve().parents[2]
+QUIET = {"TQDM_DISABLE": "1", "WANDB_MODE": "offline"}
+
+
+def command(*args: str, prelude: str = "") -> list[str]:
+    """``bytecanary ARGS``; ``prelude`` runs first (e.g. imports a test probe)."""
+    code = f"import sys\n{prelude}\nfrom bytecanary.cli import main\nsys.exit(main())"
+    return [sys.executable, "-c", code, *map(str, args)]
+
+
+def bytecanary(*args: str, prelude: str = "", preexec=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command(*args, prelude=prelude),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **QUIET},
+        preexec_fn=preexec,
+        timeout=300,
+    )
+
+
+def one_error(stderr: str, *needles: str) -> str:
+    """The whole of stderr is one ``error:`` line holding every needle."""
+    lines = stderr.strip().splitlines()
+    assert "Traceback" not in stderr and len(lines) == 1, stderr[-3000:]
+    assert lines[0].startswith("error: ") and all(n in lines[0] for n in needles), lines[0]
+    return lines[0]
+
+
+def last_error(stderr: str, *needles: str) -> str:
+    """Training's stderr: Lightning's info lines, then exactly one ``error:`` line, the last."""
+    lines = stderr.strip().splitlines()
+    assert "Traceback" not in stderr and lines, stderr[-3000:]
+    assert [line for line in lines if line.startswith("error: ")] == lines[-1:], stderr[-3000:]
+    assert all(n in lines[-1] for n in needles), lines[-1]
+    return lines[-1]
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (relative path -> sha256): what must survive a fault."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def micro_config(path: Path, data_dir: Path, root: Path, probes: list | None = None, **run) -> Path:
+    """The micro GPT-2 over ``data_dir``, runs under ``root``, checkpoints every 4 steps."""
+    cfg = {
+        **MICRO,
+        "data": {**MICRO["data"], "data_dir": str(data_dir)},
+        "run": {**MICRO["run"], "root": str(root), **run},
+        "probes": probes or [],
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def no_progress_bars(monkeypatch):
+    """In-process commands: no progress bar on stderr, which must hold only the error line
+    (``TQDM_DISABLE`` is read when tqdm is imported)."""
+    import probes.runner
+
+    monkeypatch.setattr(probes.runner, "tqdm", functools.partial(probes.runner.tqdm, disable=True))
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory, small_data) -> Path:
+    """A micro run of 8 steps: step0000004.ckpt, step0000008.ckpt, last.ckpt. Copy it before
+    breaking anything."""
+    from train.cli import main
+
+    root = tmp_path_factory.mktemp("faults")
+    config = micro_config(root / "micro.yaml", small_data, root / "runs")
+    assert main(["--config", str(config), "--run.name", "base", "--trainer.max_steps", "8"]) == 0
+    return root / "runs" / "base"
+
+
+@pytest.fixture
+def run_copy(trained, tmp_path, small_data) -> tuple[Path, Path]:
+    """(copy of the trained run as ``tmp_path/runs/copy``, a config whose runs live beside it)."""
+    run = shutil.copytree(trained, tmp_path / "runs" / "copy")
+    return run, micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs")

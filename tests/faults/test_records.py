@@ -1,0 +1,142 @@
+"""probes.jsonl survives: a kill inside the probe callback, a torn last line, two writers,
+an empty eval set; the report reads past a corrupt line."""
+
+import json
+import os
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bytecanary.cli import main
+from probes.records import read_records
+
+from ..report.runs import make_run
+from .conftest import QUIET, ROOT, bytecanary, command, micro_config, one_error
+
+PROBES = [{"name": "level0", "per_language": 2}, {"name": "level1", "per_language": 2}]
+
+
+def _counts(out) -> Counter:
+    return Counter((r["checkpoint"], r["probe"]) for r in read_records(out))
+
+
+@pytest.mark.slow
+def test_sigkill_inside_the_probe_callback_then_resume_gives_every_record_once(tmp_path, small_data):
+    marker = tmp_path / "killed"
+    probes = [PROBES[0], {"name": "sigkill", "marker": str(marker)}, PROBES[1]]
+    config = micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs", probes)
+    run = tmp_path / "runs" / "k"
+    args = ["train", "--config", str(config), "--run.name", "k", "--trainer.max_steps", "12"]
+    prelude = "import tests.faults.killer"
+    killed = bytecanary(*args, prelude=prelude)
+    assert killed.returncode == -9 and marker.exists()  # killed between level0 and level1 at step 8
+    assert sorted(_counts(run / "probes.jsonl").values()) == [1, 1, 1, 1]
+    resumed = bytecanary(*args, "--run.resume", "true", prelude=prelude)
+    assert resumed.returncode == 0 and "Traceback" not in resumed.stderr, resumed.stderr[-3000:]
+    rows = read_records(run / "probes.jsonl")
+    assert all(r["status"] == "ok" for r in rows)
+    assert sorted({r["step"] for r in rows}) == [4, 8, 12]
+    counts = _counts(run / "probes.jsonl")
+    assert len(counts) == 9 and set(counts.values()) == {1}  # 3 checkpoints x 3 probes, each once
+
+
+def _probe(*args: str) -> int:
+    return main(["probe", *args, "--trial", "--no-wandb"])
+
+
+@pytest.fixture
+def probes_yaml(tmp_path):
+    path = tmp_path / "probes.yaml"
+    path.write_text(json.dumps({"probes": PROBES}))
+    return path
+
+
+def test_a_torn_last_line_is_cut_before_a_rerun_appends(trained, tmp_path, probes_yaml, capsys):
+    out = tmp_path / "p.jsonl"
+    assert _probe(str(trained / "checkpoints"), "--config", str(probes_yaml), "--out", str(out)) == 0
+    data = out.read_bytes()
+    out.write_bytes(data[:-40])  # the crash tore the last record
+    capsys.readouterr()
+    assert _probe(str(trained / "checkpoints"), "--config", str(probes_yaml), "--out", str(out)) == 0
+    assert capsys.readouterr().err == ""
+    lines = out.read_bytes().splitlines()
+    assert all(json.loads(line) for line in lines)  # no fragment glued to a record
+    assert len(lines) == 4 and set(_counts(out).values()) == {1}
+    assert lines[:3] == data.splitlines()[:3]  # the whole records before it are kept
+
+
+@pytest.mark.slow
+def test_two_probe_processes_on_one_out_write_no_duplicates(trained, tmp_path, probes_yaml):
+    out = tmp_path / "p.jsonl"
+    args = ["probe", str(trained / "checkpoints"), "--config", str(probes_yaml), "--trial", "--no-wandb"]
+    procs = [
+        subprocess.Popen(
+            command(*args, "--out", str(out)),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **QUIET},
+        )
+        for _ in range(2)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
+    counts = _counts(out)
+    assert len(counts) == 4 and set(counts.values()) == {1}  # 2 checkpoints x 2 probes, once each
+
+
+def test_an_empty_eval_set_is_an_error_before_any_record(trained, tmp_path, small_data, capsys):
+    """No sample left (a Japanese set, Korean asked for): an error, never an ``ok`` record
+    without metrics that a later run with the right set would take as done."""
+    config = tmp_path / "probes.yaml"
+    ja = str(small_data / "evalsets" / "level0_ja.json")
+    config.write_text(json.dumps({"probes": [{"name": "level0", "eval_sets": [ja], "languages": ["ko"]}]}))
+    out = tmp_path / "p.jsonl"
+    ckpt = str(trained / "checkpoints" / "step0000004.ckpt")
+    assert _probe(ckpt, "--config", str(config), "--out", str(out)) == 2
+    one_error(capsys.readouterr().err, "level0", "no samples")
+    assert read_records(out) == []
+    config.write_text(json.dumps({"probes": [PROBES[0]]}))
+    assert _probe(ckpt, "--config", str(config), "--out", str(out)) == 0  # the real set: done now
+    (row,) = read_records(out)
+    assert row["status"] == "ok" and row["metrics"]
+
+
+def test_report_reads_past_a_corrupt_line_and_a_malformed_record(tmp_path, capsys):
+    run = make_run(tmp_path)
+    lines = (run / "probes.jsonl").read_text().splitlines()
+    bad = {**json.loads(lines[5]), "metrics": "oops"}
+    lines[3] = lines[3][:50]  # torn in the middle of the file
+    lines[5] = json.dumps(bad)
+    (run / "probes.jsonl").write_text("\n".join(lines) + "\n")
+    before = (run / "probes.jsonl").read_bytes()
+    assert main(["report", str(run), "--no-wandb"]) == 0
+    warnings = capsys.readouterr().err.strip().splitlines()
+    assert len(warnings) == 2 and all(w.startswith("warning: ") for w in warnings)
+    assert "probes.jsonl:4: not valid JSON" in warnings[0]
+    assert "probes.jsonl:6: 'metrics' is not a mapping of numbers" in warnings[1]
+    assert (run / "report" / "report.md").is_file() and (run / "probes.jsonl").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_relogging_a_report_prints_a_sync_of_exactly_its_own_offline_folder(tmp_path, monkeypatch, capsys):
+    """The report adds a second offline folder for the run's id: the printed command names that
+    folder alone, no glob, so no earlier report (nor the training run) is uploaded twice."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run = make_run(tmp_path)
+    wandb.init(project="bytecanary", id="feedbeef", dir=str(run), mode="offline", settings={"silent": True})
+    wandb.finish()
+    wandb.teardown()
+    training = next((run / "wandb").glob("offline-run-*-feedbeef"))
+    assert main(["report", str(run)]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "wandb sync" in x]
+    folder = Path(line.split("wandb sync ", 1)[1].strip())
+    assert folder.parent == run / "wandb" and folder.is_dir() and folder != training
+    assert folder.name.endswith("-feedbeef")
+    assert sorted((run / "wandb").glob("offline-run-*")) == sorted([training, folder])

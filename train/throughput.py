@@ -1,0 +1,119 @@
+"""Training throughput and model FLOPs utilisation (MFU), logged as ``perf/*`` with ``tokens_seen``.
+
+FLOPs of one training token (forward + backward) follow "PaLM: Scaling Language Modeling
+with Pathways" (arXiv:2204.02311, appendix B), as nanoGPT's ``estimate_mfu`` does:
+``6 N + 12 L H Q T``, with N the parameters that take part in matmuls (all but the position
+embedding; the tied token embedding counts once, as the output projection), L layers,
+H heads, Q head width and T the sequence length. MFU divides the achieved FLOP/s of a device
+by its dense peak at the training precision. Lightning's table in 2.6 does not know the H200
+and lists sparse figures for some chips, so our dense table comes first; where neither
+knows the device (CPUs) there is no ``perf/mfu`` at all rather than an invented one.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.throughput import get_available_flops
+from lightning.pytorch.callbacks import ThroughputMonitor
+from lightning.pytorch.trainer.states import RunningStage
+from transformers import GPT2LMHeadModel
+
+from bytecanary import keys
+
+# Dense bf16/fp16 tensor-core peaks per GPU from NVIDIA's datasheets (the sparse figures
+# are twice these). First match on the lower-case device name wins, so variants come first.
+DENSE_BF16_PEAK: tuple[tuple[str, float], ...] = (
+    ("h100 nvl", 835e12),
+    ("h200 nvl", 835e12),
+    ("h100 pcie", 756e12),
+    ("h100", 989e12),  # SXM ("NVIDIA H100 80GB HBM3")
+    ("h200", 989e12),  # SXM and GH200
+    ("a100", 312e12),
+)
+
+
+def flops_per_token(model: GPT2LMHeadModel) -> int:
+    """Training FLOPs (forward + backward) of one token at the model's full context length."""
+    c = model.config
+    n = sum(p.numel() for p in model.parameters()) - model.transformer.wpe.weight.numel()
+    return 6 * n + 12 * c.n_layer * c.n_head * (c.n_embd // c.n_head) * c.n_positions
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    """The matmul dtype of a Lightning precision flag (``bf16-mixed`` -> bfloat16)."""
+    return {"bf16": torch.bfloat16, "16": torch.float16, "64": torch.float64}.get(
+        str(precision).split("-")[0], torch.float32
+    )
+
+
+def dense_peak_flops(device: torch.device, dtype: torch.dtype) -> float | None:
+    """Our dense peak FLOP/s of one GPU at a 16-bit dtype; None for anything else."""
+    if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
+        return None
+    name = torch.cuda.get_device_name(device).lower()
+    return next((peak for chip, peak in DENSE_BF16_PEAK if chip in name), None)
+
+
+def peak_flops(device: torch.device, dtype: torch.dtype) -> float | None:
+    """Peak FLOP/s of one device: our dense table, then Lightning's; None where neither knows it."""
+    return dense_peak_flops(device, dtype) or get_available_flops(device, dtype)
+
+
+def perf_metrics(throughput: dict[str, float], world_size: int) -> dict[str, float]:
+    """Lightning's ``Throughput.compute()`` as our keys: tokens and samples per second of all
+    devices together, MFU per device (only where the peak is known)."""
+    out = {}
+    for theirs, ours, scale in (
+        ("device/items_per_sec", "tokens_per_s", world_size),
+        ("device/samples_per_sec", "samples_per_s", world_size),
+        ("device/mfu", "mfu", 1),
+    ):
+        if theirs in throughput:
+            out[keys.perf(ours)] = throughput[theirs] * scale
+    return out
+
+
+def _samples(batch: dict[str, torch.Tensor]) -> int:
+    return batch["input_ids"].shape[0]
+
+
+def _tokens(batch: dict[str, torch.Tensor]) -> int:
+    """Target tokens (each window of T + 1 ids trains T), as ``tokens_seen`` counts them."""
+    ids_BT = batch["input_ids"]
+    return ids_BT.shape[0] * (ids_BT.shape[1] - 1)
+
+
+class PerfMonitor(ThroughputMonitor):
+    """Lightning's ``ThroughputMonitor`` logging ``perf/tokens_per_s``, ``perf/samples_per_s``
+    and ``perf/mfu`` with ``tokens_seen`` and ``step`` at every log step, each over the last
+    ``log_every_n_steps`` steps (validation time excluded, as Lightning does; checkpoint and
+    probe time included). The module supplies ``flops_per_batch``."""
+
+    def __init__(self) -> None:
+        super().__init__(batch_size_fn=_samples, length_fn=_tokens)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        self.kwargs.setdefault("window_size", trainer.log_every_n_steps + 1)
+        peak = dense_peak_flops(trainer.strategy.root_device, compute_dtype(trainer.precision))
+        with warnings.catch_warnings():
+            if peak:  # Lightning would warn that it does not know a chip our table knows
+                warnings.filterwarnings("ignore", message="FLOPs not found")
+            super().setup(trainer, pl_module, stage)
+        if peak:
+            self.available_flops = peak
+            for throughput in self._throughputs.values():
+                throughput.available_flops = peak
+
+    def _compute(self, trainer, iter_num: int | None = None) -> None:
+        """Training rows only, renamed, on the ``tokens_seen`` axis (Lightning's own hook)."""
+        stage = trainer.state.stage
+        if stage != RunningStage.TRAINING or not trainer._logger_connector.should_update_logs:
+            return
+        metrics: dict[str, Any] = perf_metrics(self._throughputs[stage].compute(), trainer.world_size)
+        if metrics:
+            metrics[keys.TOKENS_SEEN] = trainer.lightning_module.tokens_seen
+            metrics[keys.STEP] = trainer.global_step
+            trainer._logger_connector.log_metrics(metrics)
