@@ -317,3 +317,13 @@ def group_mean_curve(
         values = [v for t in tasks if (v := c.value(mcqa_key(t, metric, protocol))) is not None]
         points.append((c.tokens_seen, sum(values) / len(values) if values else None))
     return make_curve(mcqa_key(f"<{','.join(tasks)}>", metric, protocol), points)
+
+
+def record_problem(row: dict[str, Any]) -> str | None:
+    """What is wrong with a ``probes.jsonl`` record, if anything the report relies on."""
+    metrics = row.get("metrics")
+    if not isinstance(metrics, dict) or not all(isinstance(v, int | float) for v in metrics.values()):
+        return "'metrics' is not a mapping of numbers"
+    if not isinstance(row.get("probe"), str) or not isinstance(row.get("tokens_seen", 0), int | None):
+        return "'probe' or 'tokens_seen' has the wrong type"
+    return None

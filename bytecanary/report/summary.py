@@ -18,7 +18,7 @@ from typing import Any
 
 from bytecanary import keys
 from bytecanary.data.evalsets import TIERS
-from bytecanary.io import read_jsonl
+from bytecanary.io import read_jsonl, warn
 from bytecanary.report import analysis
 from bytecanary.report.analysis import CLOZE, DASHED, MERGED, SEPARATE
 
@@ -78,7 +78,7 @@ BENCHMARK_COLUMNS = [
 
 def _records(out: Path) -> list[dict[str, Any]]:
     """The records of ``out``; none yet when nothing was probed."""
-    return read_jsonl(out) if out.is_file() else []
+    return read_jsonl(out, analysis.record_problem, warn) if out.is_file() else []
 
 
 def _mcqa_cells(metrics: dict[str, float]) -> list[float | None]:

@@ -44,16 +44,6 @@ class RunData:
     config: dict[str, Any]
 
 
-def _record_problem(row: dict[str, Any]) -> str | None:
-    """What is wrong with a ``probes.jsonl`` record, if anything the report relies on."""
-    metrics = row.get("metrics")
-    if not isinstance(metrics, dict) or not all(isinstance(v, int | float) for v in metrics.values()):
-        return "'metrics' is not a mapping of numbers"
-    if not isinstance(row.get("probe"), str) or not isinstance(row.get("tokens_seen", 0), int | None):
-        return "'probe' or 'tokens_seen' has the wrong type"
-    return None
-
-
 def load_run(run_dir: str | Path, on_bad: Callable[[str], None] = warn) -> RunData:
     """The run's records; ``on_bad`` hears of each line skipped."""
     run_dir = Path(run_dir)
@@ -61,7 +51,7 @@ def load_run(run_dir: str | Path, on_bad: Callable[[str], None] = warn) -> RunDa
     if not metrics_path.is_file():
         raise BytecanaryError(f"{metrics_path}: no such file (is {run_dir} a training run directory?)")
     probes_path = run_dir / "probes.jsonl"
-    records = read_jsonl(probes_path, _record_problem, on_bad) if probes_path.is_file() else []
+    records = read_jsonl(probes_path, analysis.record_problem, on_bad) if probes_path.is_file() else []
     config_path = run_dir / "config.yaml"
     config = _read_config(config_path) if config_path.is_file() else {}
     metrics = read_jsonl(metrics_path, on_bad=on_bad)
