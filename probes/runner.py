@@ -343,9 +343,10 @@ def run(
     out_path = check_output(out)  # now, not after hours of probing
     targets = resolve(paths, revisions) if paths else []
     built = build_probes([with_cli_params(s, trial, eval_sets or {}) for s in probes])
-    data_dir = data_dir_of(targets[0]) if targets else None  # bad inputs fail before any model loads
-    for probe in built:
-        probe.validate(data_dir)
+    if targets:  # bad inputs fail before any model loads (a watched folder's data is known later)
+        data_dir = data_dir_of(targets[0])
+        for probe in built:
+            probe.validate(data_dir)
     wandb_run = None
     if wandb_project:
         wandb_run = _start_wandb(wandb_project, out_path, {"paths": paths, "probes": probes, "trial": trial})
