@@ -20,8 +20,8 @@ def test_every_metric_equals_the_per_sample_reference(random_model, byte_fallbac
     got = probe.aggregate(prep, [probe.compute(random_model, byte_fallback_tokenizer, prep)])
     want = reference_metrics(random_model, prep, level)
     assert got.keys() == want.keys()
-    for key in want:
-        assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-4), key  # float32 sums of log-probs, batched vs alone
+    for key in want:  # float32 sums of log-probs: batched vs one sample alone
+        assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-4), key
 
 
 def test_sharded_compute_equals_single_process(random_model, byte_fallback_tokenizer, eval_dir):
