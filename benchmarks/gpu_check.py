@@ -195,7 +195,8 @@ def run_with_probes(plan: Plan, data: Path, work: Path) -> dict[str, Any]:
     warm = [r for r in rows if 3 * plan.log_every <= r["step"] <= first]
     firing = [r for r in rows if first < r["step"] <= first + plan.log_every]
     probe_seconds: dict[str, list[float]] = {}
-    for record in read_jsonl(run / "probes.jsonl"):
+    records = read_jsonl(run / "probes.jsonl")
+    for record in records:
         probe_seconds.setdefault(ok(record)["probe"], []).append(record["seconds"])
     train = [r for r in rows if "train/loss" in r]
     val = [r for r in rows if "val/ppl" in r]
@@ -207,7 +208,7 @@ def run_with_probes(plan: Plan, data: Path, work: Path) -> dict[str, Any]:
         "warm": perf_summary(warm),
         "with_checkpoint_and_probes": perf_summary(firing),
         "probe_seconds": probe_seconds,
-        "checkpoint": str(run / "checkpoints" / "last.ckpt"),
+        "checkpoint": records[-1]["checkpoint"],  # the last step's weights file, as the probes read it
     }
 
 

@@ -1,20 +1,36 @@
-"""Reading bytecanary's Lightning checkpoints without Lightning or project training code.
+"""bytecanary's checkpoint files, read (and the weights file written) without Lightning.
 
-Used by ``bytecanary export``, by resuming and by the probes, which must load a checkpoint
-into a plain ``GPT2LMHeadModel``. Loading is ``weights_only=True`` (checkpoints may come
-from anyone); a missing, truncated or corrupt file becomes one clear error naming it. A
-checkpoint finds its tokenizer relative to its own folder (the run's copy), so a run folder
-can move and be read from any working directory.
+A run's ``checkpoints/`` folder holds two kinds of file:
+
+- ``step{N:07d}.safetensors``, the **weights file** of every scheduled step: the GPT-2
+  weights alone (``GPT2LMHeadModel`` keys, the tied ``lm_head.weight`` left out) in the
+  run's ``weights_dtype``, with the run's metadata (step, tokens_seen, config, tokenizer
+  path, ...) as JSON under the safetensors metadata key ``bytecanary``. These are what the
+  probes, ``bytecanary probe`` and ``export`` read: loading one never runs pickle.
+- ``step{N:07d}.ckpt``, Lightning's **full training state** (fp32 weights, AdamW, loops,
+  RNG), for resuming. Runs written before weights files hold only these, one per step, and
+  are read as probe checkpoints too.
+
+Loading a ``.ckpt`` is ``weights_only=True`` (checkpoints may come from anyone); a missing,
+truncated, corrupt or foreign file becomes one error naming it. A checkpoint finds its
+tokenizer relative to its own folder (the run's copy), so a run folder can move and be read
+from any working directory.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from bytecanary.errors import BytecanaryError
+from bytecanary.io import atomic_path
 
+WEIGHTS = ".safetensors"  # the weights file of a step
+STATE = ".ckpt"  # Lightning's full training state
+META_KEY = "bytecanary"  # the weights file's metadata key
 _STEP = re.compile(r"step[_-]?(\d+)")
 
 
@@ -24,55 +40,146 @@ def step_of(name: str) -> int:
     return int(m.group(1)) if m else -1
 
 
-def step_checkpoints(folder: str | Path) -> list[Path]:
-    """``folder``'s ``*.ckpt`` files in step order, without ``last.ckpt`` (it repeats the newest step)."""
-    files = [f for f in Path(folder).glob("*.ckpt") if f.name != "last.ckpt"]
+def _step_files(folder: str | Path, suffix: str) -> list[Path]:
+    files = [f for f in Path(folder).glob(f"step*{suffix}") if step_of(f.name) >= 0]
     return sorted(files, key=lambda f: (step_of(f.name), f.name))
 
 
+def training_states(folder: str | Path) -> list[Path]:
+    """``folder``'s full training states (``step*.ckpt``) in step order; ``last.ckpt``, which
+    names the newest of them, is not listed."""
+    return _step_files(folder, STATE)
+
+
+def probe_checkpoints(folder: str | Path) -> list[Path]:
+    """``folder``'s checkpoints to probe, in step order: every weights file, and the full
+    state of a step that has none (runs from before weights files)."""
+    weights = _step_files(folder, WEIGHTS)
+    have = {step_of(f.name) for f in weights}
+    legacy = [f for f in training_states(folder) if step_of(f.name) not in have]
+    return sorted(weights + legacy, key=lambda f: (step_of(f.name), f.name))
+
+
 def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
-    """``torch.load(..., weights_only=True)`` with errors that name the file."""
+    """A full training state: ``torch.load(..., weights_only=True)`` with errors that name the file."""
     import torch
 
-    path = Path(path)
-    if not path.is_file():
-        raise BytecanaryError(f"{path}: no such checkpoint file")
+    path = _existing(path)
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # pickle, zip and torch errors all mean "unreadable"
-        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
-        reason = f"{type(err).__name__}: {first}"
         raise BytecanaryError(
-            f"{path}: not a loadable checkpoint (truncated or corrupt?): {reason}"
+            f"{path}: not a loadable checkpoint (truncated or corrupt?): {_reason(err)}"
         ) from None
 
 
+def _existing(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise BytecanaryError(f"{path}: no such checkpoint file")
+    return path
+
+
+def _reason(err: Exception) -> str:
+    first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+    return f"{type(err).__name__}: {first}"
+
+
 def checkpoint_meta(ckpt: dict[str, Any], path: str | Path) -> dict[str, Any]:
-    """The ``bytecanary`` section: step, tokens_seen, config, tokenizer_path, gpt2_config."""
-    meta = ckpt.get("bytecanary")
+    """A full state's ``bytecanary`` section: step, tokens_seen, config, tokenizer_path, gpt2_config."""
+    meta = ckpt.get(META_KEY)
     if not isinstance(meta, dict) or "gpt2_config" not in meta:
         raise BytecanaryError(f"{path}: not a bytecanary checkpoint (no 'bytecanary' section)")
     return meta
 
 
-def gpt2_from_checkpoint(ckpt: dict[str, Any], path: str | Path):
-    """The checkpoint's weights in a ``transformers.GPT2LMHeadModel`` (eval mode)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    meta = checkpoint_meta(ckpt, path)
-    model = GPT2LMHeadModel(GPT2Config.from_dict(meta["gpt2_config"]))
-    state = {
+def gpt2_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A LightningModule's state dict (``model.`` keys, ``_orig_mod.`` under torch.compile)
+    with ``GPT2LMHeadModel``'s keys."""
+    return {
         k.removeprefix("model.").replace("_orig_mod.", ""): v
-        for k, v in ckpt["state_dict"].items()
+        for k, v in state.items()
         if k.startswith("model.")
     }
-    result = model.load_state_dict(state, strict=False)
-    if result.missing_keys or result.unexpected_keys:
+
+
+def save_weights(path: str | Path, state: Mapping[str, Any], meta: dict[str, Any], dtype: str) -> None:
+    """Write the weights file: ``state`` (a LightningModule's) as ``dtype`` with ``meta``,
+    atomically. A tied ``lm_head.weight`` is left out: it is ``transformer.wte.weight``, and
+    safetensors refuses shared tensors."""
+    import torch
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
+
+    tensors = {
+        k: v.detach().to(getattr(torch, dtype)).cpu().contiguous() for k, v in gpt2_state(state).items()
+    }
+    if meta["gpt2_config"].get("tie_word_embeddings", True):
+        tensors.pop("lm_head.weight", None)
+    with atomic_path(path) as tmp:
+        try:
+            save_file(tensors, str(tmp), metadata={META_KEY: json.dumps(meta)})
+        except SafetensorError as err:  # its I/O errors (disk full) arrive as SafetensorError
+            raise BytecanaryError(f"{path}: {' '.join(str(err).split())}") from None
+
+
+def _read_safetensors(path: Path, tensors: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            raw = (f.metadata() or {}).get(META_KEY)
+            state = {k: f.get_tensor(k) for k in f.keys()} if tensors else {}  # noqa: SIM118 (not a dict)
+    except SafetensorError as err:
+        raise BytecanaryError(
+            f"{path}: not a loadable weights file (truncated or corrupt?): {_reason(err)}"
+        ) from None
+    try:
+        meta = json.loads(raw) if raw is not None else None
+    except json.JSONDecodeError:
+        meta = None
+    if not isinstance(meta, dict) or "gpt2_config" not in meta:
+        raise BytecanaryError(f"{path}: not a bytecanary weights file (no 'bytecanary' metadata)")
+    return meta, state
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's metadata; of a weights file only its header is read."""
+    path = _existing(path)
+    if path.suffix == WEIGHTS:
+        return _read_safetensors(path, tensors=False)[0]
+    return checkpoint_meta(load_checkpoint(path), path)
+
+
+def read_weights(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(metadata, GPT-2 state dict as stored) of a weights file or a full state."""
+    path = _existing(path)
+    if path.suffix == WEIGHTS:
+        return _read_safetensors(path, tensors=True)
+    ckpt = load_checkpoint(path)
+    return checkpoint_meta(ckpt, path), gpt2_state(ckpt["state_dict"])
+
+
+def load_gpt2(path: str | Path, into: Any = None) -> tuple[dict[str, Any], Any]:
+    """(metadata, fp32 ``GPT2LMHeadModel`` in eval mode) of a weights file or a full state.
+    ``into``, a model of the same config (on any device), is loaded in place rather than a
+    new model built: a probe model reused across checkpoints."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    meta, state = read_weights(path)
+    model = into if into is not None else GPT2LMHeadModel(GPT2Config.from_dict(meta["gpt2_config"])).float()
+    try:
+        result = model.load_state_dict(state, strict=False)  # copies, casting to fp32
+    except RuntimeError as err:  # a shape that does not fit
+        raise BytecanaryError(f"{path}: weights do not fit the GPT-2 config: {_reason(err)}") from None
+    tied = model.config.tie_word_embeddings
+    missing = [k for k in result.missing_keys if not (tied and k == "lm_head.weight")]
+    if missing or result.unexpected_keys:
         raise BytecanaryError(
             f"{path}: weights do not fit the GPT-2 config "
-            f"(missing {result.missing_keys[:3]}, unexpected {result.unexpected_keys[:3]})"
+            f"(missing {missing[:3]}, unexpected {result.unexpected_keys[:3]})"
         )
-    return model.eval()
+    return meta, model.eval()
 
 
 def tokenizer_dir(meta: dict[str, Any], path: str | Path) -> Path:

@@ -59,10 +59,10 @@ def train(args: list[str]) -> int:
 
 
 def export(checkpoint: str, out_dir: str, *, force: bool = False) -> int:
-    """Lightning checkpoint -> HF save_pretrained folder.
+    """A run's checkpoint -> HF save_pretrained folder.
 
     Args:
-        checkpoint: a .ckpt file
+        checkpoint: a weights file (step<N>.safetensors) or a Lightning .ckpt
         out_dir: output folder (safetensors + tokenizer)
         force: replace a non-empty OUT_DIR (a run folder is never replaced)
     """
@@ -88,6 +88,7 @@ def probe(
     interval: float = 30.0,
     revision: str | None = None,
     device: str | None = None,
+    threads: int | None = None,
 ) -> int:
     """Attach probes to existing checkpoints.
 
@@ -95,7 +96,7 @@ def probe(
     does what is missing. Prints a table per probe and writes an offline W&B run.
 
     Args:
-        paths: .ckpt files, HF model folders, folders of checkpoints, or model ids
+        paths: .safetensors/.ckpt checkpoints, HF model folders, (run) folders of checkpoints, or model ids
         probes: comma-separated names (unset: level0,level1, or every probe of --config)
         config: YAML with a probes: list of {name, parameters}, e.g. the run's configs/tiny.yaml
         trial: trial sets (M per language) instead of full
@@ -108,12 +109,20 @@ def probe(
         interval: seconds between looks with --watch
         revision: with a model id: revisions to probe, e.g. step1000,step2000
         device: cpu, cuda, ... (unset: cuda when available)
+        threads: torch CPU threads (unset: torch's default, which OMP_NUM_THREADS sets); give
+            each of several jobs sharing a machine its share of the cores
     """
     if not paths and not watch:
         raise BytecanaryError("probe: give at least one PATH or --watch DIR")
     from bytecanary.report.summary import add_mcqa_series, summary
     from probes.runner import probe_specs, run
 
+    if threads is not None:
+        import torch
+
+        if threads < 1:
+            raise BytecanaryError(f"probe: --threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
     names = [p.strip() for p in probes.split(",") if p.strip()] if probes else None
     run(
         paths,

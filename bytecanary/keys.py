@@ -120,6 +120,7 @@ METRICS: dict[str, Metric] = {
         _m("samples_per_s", True, "mean", "training samples per second"),
         _m("mfu", True, "mean", "model FLOPs utilisation"),
         _m("probe_seconds", False, "mean", "wall seconds of one probe at one checkpoint"),
+        _m("wall_seconds", None, "last", "wall seconds since training started (resumes added)"),
     )
 }
 _SUFFIXES = ("_lo", "_hi", "_normalised", "_matched")  # CI bounds and variants keep their base's sense

@@ -1,8 +1,12 @@
 """Fire the configured probes at every checkpoint of a training run.
 
 Subclassing ``Checkpoint`` makes Lightning run this after ``ModelCheckpoint`` in the same
-hook, so the probes see the weights just written. The model is put in eval mode under
-``no_grad`` and restored after. Under DDP every rank probes its share of the samples,
+hook, so the weights file of the step (``ScheduledCheckpoint.weights_path``) exists: the
+probes read that file into a probe model of their own (fp32, on the training device, built
+once and reloaded in place), so ``probes.jsonl`` holds what ``bytecanary probe`` gives on the
+same file later, and FSDP-sharded or compiled training modules need nothing special. Fires
+between checkpoints (``every_tokens``) probe the live module, in eval mode under
+``no_grad``, restored after. Under DDP every rank probes its share of the samples,
 and rank 0 aggregates the shares: the metrics equal a single-process run. Results are
 logged to every logger with ``tokens_seen`` (W&B plots them beside ``val/ppl``) and
 appended to ``probes.jsonl`` next to the checkpoints, with each probe's version and
@@ -28,7 +32,7 @@ from lightning.pytorch.callbacks import Checkpoint
 from tqdm.auto import tqdm
 
 from bytecanary import keys
-from bytecanary.checkpoints import checkpoint_meta, gpt2_from_checkpoint, load_checkpoint, step_checkpoints
+from bytecanary.checkpoints import load_gpt2, probe_checkpoints
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import warn
 from probes.common import build_probes, prepare_probe
@@ -58,6 +62,7 @@ class ProbeCallback(Checkpoint):
         self._prepared: list[tuple[Any, str]] | None = None  # (samples, fingerprint) per probe
         self._last_step = -1
         self._next_tokens = every_tokens or 0
+        self._model: torch.nn.Module | None = None  # the probe model checkpoint files load into
 
     def prepare(self, tokenizer_dir: str | Path, data_dir: str | Path) -> None:
         """Load the tokenizer and prepare every probe; a missing or empty eval set or task
@@ -80,7 +85,7 @@ class ProbeCallback(Checkpoint):
         """(checkpoint, indices of the probes without a successful record) of each checkpoint."""
         done = completed(self.out)
         todo = []
-        for path in step_checkpoints(folder):
+        for path in probe_checkpoints(folder):
             key = str(path.resolve())
             missing = [
                 i
@@ -95,44 +100,51 @@ class ProbeCallback(Checkpoint):
         todo = trainer.strategy.broadcast(self._missing(folder) if trainer.is_global_zero else None, src=0)
         for path, indices in todo:
             try:
-                ckpt = load_checkpoint(path)
+                meta, model = self._load(path, pl_module.device)
             except BytecanaryError as err:  # resuming skips it too; the run rewrites it
                 if trainer.is_global_zero:
                     warn(f"{err}; its probes are not caught up")
                 continue
-            meta = checkpoint_meta(ckpt, path)
-            model = gpt2_from_checkpoint(ckpt, path).to(pl_module.device)
             for i in indices:
                 self._run_one(trainer, model, i, path, meta.get("step"), meta.get("tokens_seen"))
-            del model, ckpt
+
+    def _load(self, path: str, device: torch.device) -> tuple[dict[str, Any], torch.nn.Module]:
+        """(metadata, probe model holding ``path``'s weights): built on ``device`` once, then
+        loaded in place, so a fire allocates no second model."""
+        meta, model = load_gpt2(path, into=self._model)
+        self._model = model.to(device)
+        return meta, self._model
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         if step == self._last_step:
             return
-        ckpt = trainer.checkpoint_callback
-        saved = ckpt is not None and getattr(ckpt, "_last_global_step_saved", -1) == step
+        weights = getattr(trainer.checkpoint_callback, "weights_path", None)  # written at this step
         tokens = getattr(pl_module, "tokens_seen", None)
         due = bool(self.every_tokens) and tokens is not None and tokens >= self._next_tokens
-        if saved or due:
+        if weights is not None or due:
             if due:
                 while self._next_tokens <= tokens:
                     self._next_tokens += self.every_tokens
-            # with no monitored metric, best_model_path is the step file just written
-            path = (getattr(ckpt, "best_model_path", None) or ckpt._last_checkpoint_saved) if saved else None
-            self.fire(trainer, pl_module, str(Path(path).resolve()) if path else None)
+            self.fire(trainer, pl_module, str(Path(weights).resolve()) if weights is not None else None)
 
     def fire(self, trainer, pl_module, checkpoint: str | None) -> None:
-        """Run every probe on the current weights (all ranks) and record the results."""
+        """Run every probe (all ranks) on the weights file ``checkpoint`` or, with none, on the
+        live module, and record the results."""
         self._last_step = trainer.global_step
+        tokens = getattr(pl_module, "tokens_seen", None)
+        if checkpoint is not None:
+            _, model = self._load(checkpoint, pl_module.device)
+            for i in range(len(self.probes)):
+                self._run_one(trainer, model, i, checkpoint, trainer.global_step, tokens)
+            return
         model = getattr(pl_module, "model", pl_module)
         model = getattr(model, "_orig_mod", model)
         was_training = model.training
         model.eval()
-        tokens = getattr(pl_module, "tokens_seen", None)
         try:
             for i in range(len(self.probes)):
-                self._run_one(trainer, model, i, checkpoint, trainer.global_step, tokens)
+                self._run_one(trainer, model, i, None, trainer.global_step, tokens)
         finally:
             model.train(was_training)
 

@@ -1,5 +1,6 @@
 """What every probe shares: DDP sharding and merging, model and tokenizer lookups, eval-set
-files, and building probes from ``{name: ..., <parameters>}`` specs.
+files, and building probes from ``{name: ..., <parameters>, cadence: ...}`` specs
+(``cadence``, when the training callback fires the probe, is ``probes.cadence``'s).
 
 Specs are checked against the probe's constructor signature (jsonargparse) before any
 probe is built, so a misspelt or mistyped parameter in a YAML is one line naming the
@@ -12,6 +13,7 @@ import difflib
 import inspect
 import re
 from collections.abc import Mapping, Sequence, Sized
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import jsonargparse
 import numpy as np
 
 from bytecanary.errors import BytecanaryError
+from probes.cadence import parse_cadence
 from probes.registry import Probe, probe_class
 
 DEFAULT_DATA_DIR = Path("data/default")  # what `bytecanary prepare` writes for the default config
@@ -96,7 +99,11 @@ def _validate(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
         cls = probe_class(name)
     except BytecanaryError as err:
         raise BytecanaryError(f"{where}: {err}") from None
-    params = {k: v for k, v in spec.items() if k != "name"}
+    try:
+        cadence = parse_cadence(spec.get("cadence"))
+    except ValueError as err:
+        raise BytecanaryError(f"{where}: {name}: {err}") from None
+    params = {k: v for k, v in spec.items() if k not in ("name", "cadence")}
     accepted = list(inspect.signature(cls.__init__).parameters)[1:]
     for key in params:
         if key not in accepted:
@@ -109,7 +116,8 @@ def _validate(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
         parsed = parser.parse_object(params)
     except jsonargparse.ArgumentError as err:
         raise BytecanaryError(f"{where}: {name}: {_type_error(err, cls, params)}") from None
-    return {"name": name, **parsed.as_dict()}
+    extra = {"cadence": asdict(cadence)} if "cadence" in spec else {}
+    return {"name": name, **parsed.as_dict(), **extra}
 
 
 def validate_specs(
@@ -130,10 +138,13 @@ def build_probes(specs: Sequence[Mapping[str, Any] | Probe], source: str | Path 
             continue
         params = _validate(spec, _where(source))
         name = params.pop("name")
+        cadence = parse_cadence(params.pop("cadence", None))
         try:
-            built.append(probe_class(name)(**params))
+            probe = probe_class(name)(**params)
         except (TypeError, ValueError) as err:  # the constructor's own checks (protocols, prefix)
             raise BytecanaryError(f"{_where(source)}: {name}: {err}") from None
+        probe.cadence = cadence
+        built.append(probe)
     return built
 
 

@@ -1,8 +1,9 @@
 """``probes.jsonl``: one record per (checkpoint, probe), appended as soon as it exists.
 
 {"checkpoint", "step", "tokens_seen", "probe", "version", "params", "status": "ok"|"failed",
- "error", "seconds", "metrics": {...}}. ``version`` is the probe's version and ``params``
-its fingerprint (parameters and eval files), so a record says which setup made it. An
+ "error", "seconds", "threads", "metrics": {...}}. ``version`` is the probe's version and
+``params`` its fingerprint (parameters and eval files), so a record says which setup made
+it; ``threads`` (torch's intra-op threads while it ran) says what ``seconds`` were spent on. An
 ``ok`` record holds at least one metric. Appends are whole lines, flushed and fsynced,
 under an advisory lock (``flock``) shared by every writer (the training callback, any
 number of ``bytecanary probe`` processes): under it a torn last line left by a crash is cut
@@ -18,6 +19,8 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from bytecanary.io import named
 
@@ -48,6 +51,7 @@ def make_record(
         "status": "failed" if error else "ok",
         "error": error,
         "seconds": round(seconds, 3),
+        "threads": torch.get_num_threads(),
         "metrics": metrics or {},
     }
 

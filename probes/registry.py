@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from bytecanary.errors import BytecanaryError
+from probes.cadence import Cadence
 
 PROBES: dict[str, type[Probe]] = {}
 
@@ -33,6 +34,9 @@ class Probe:
     unhashed: ClassVar[tuple[str, ...]] = ("records",)
     params: dict[str, Any]
     """The constructor's arguments, defaults filled in (set before ``__init__`` runs)."""
+    cadence: Cadence = Cadence()
+    """Which checkpoints of a training run it fires at (the spec's ``cadence``); changes
+    no metric, so it is not in the fingerprint."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Probe:
         """Keep the constructor's arguments, so no subclass has to store them for the fingerprint."""

@@ -1,11 +1,13 @@
 """``bytecanary probe``: attach the probes to existing checkpoints.
 
-PATH is a Lightning ``.ckpt``, an HF model folder, a folder of checkpoints (probed in step
-order), or, with ``--revision``, a model id whose revisions form a series (Pythia's
-``step1000``...). Records go to a ``probes.jsonl`` of the training callback's shape, and
-(checkpoint, probe) pairs already there are skipped, so a rerun after a crash does only
-what is missing: a pair counts as done only for the probe's current version and
-fingerprint (parameters and eval files), so a changed probe is redone and nothing else.
+PATH is a checkpoint file (a run's weights file ``step{N}.safetensors``, or a Lightning
+``.ckpt``), an HF model folder, a folder of checkpoints or a run folder (its weights files,
+and the ``.ckpt`` files of runs from before them, probed in step order), or, with
+``--revision``, a model id whose revisions form a series (Pythia's ``step1000``...).
+Records go to a ``probes.jsonl`` of the training callback's shape, and (checkpoint, probe)
+pairs already there are skipped, so a rerun after a crash does only what is missing: a
+pair counts as done only for the probe's current version and fingerprint (parameters and
+eval files), so a changed probe is redone and nothing else.
 ``--watch DIR`` follows a running training and probes each new checkpoint until
 interrupted; a checkpoint that does not load yet (still being written, or corrupt) is
 skipped with a warning and tried again once its file changes. Each probe is prepared (its
@@ -26,11 +28,12 @@ import torch
 from tqdm.auto import tqdm
 
 from bytecanary.checkpoints import (
+    STATE,
+    WEIGHTS,
     checkpoint_data_dir,
-    checkpoint_meta,
-    gpt2_from_checkpoint,
-    load_checkpoint,
-    step_checkpoints,
+    load_gpt2,
+    probe_checkpoints,
+    read_meta,
     step_of,
     tokenizer_dir,
 )
@@ -51,7 +54,7 @@ class Target:
 
     key: str
     path: str
-    kind: str  # "lightning" or "hf"
+    kind: str  # "file" (a weights file or a .ckpt) or "hf"
     revision: str | None = None
 
     @property
@@ -60,12 +63,12 @@ class Target:
 
 
 def _ckpts_in(folder: Path) -> list[Target]:
-    """The step checkpoints of ``folder`` (or of its ``checkpoints/``) in step order; ``last.ckpt``
-    only when there is nothing else."""
+    """The probe checkpoints of ``folder`` (or of its ``checkpoints/``) in step order;
+    ``last.ckpt`` only when there is nothing else."""
     for where in (folder, folder / "checkpoints"):
-        files = step_checkpoints(where) or [f for f in [where / "last.ckpt"] if f.is_file()]
+        files = probe_checkpoints(where) or [f for f in [where / "last.ckpt"] if f.is_file()]
         if files:
-            return [Target(str(f.resolve()), str(f), "lightning") for f in files]
+            return [Target(str(f.resolve()), str(f), "file") for f in files]
     return []
 
 
@@ -76,16 +79,16 @@ def resolve(paths: list[str], revisions: list[str] | None = None) -> list[Target
         path = Path(raw)
         if revisions:
             targets += [Target(f"{raw}@{rev}", raw, "hf", rev) for rev in revisions]
-        elif path.is_file() and path.suffix == ".ckpt":
-            targets.append(Target(str(path.resolve()), raw, "lightning"))
+        elif path.is_file() and path.suffix in (WEIGHTS, STATE):
+            targets.append(Target(str(path.resolve()), raw, "file"))
         elif path.is_dir() and (path / "config.json").is_file():
             targets.append(Target(str(path.resolve()), raw, "hf"))
         elif path.is_dir() and _ckpts_in(path):
             targets += _ckpts_in(path)
         else:
             raise BytecanaryError(
-                f"{raw}: not a checkpoint (.ckpt), an HF model folder, a folder of checkpoints, "
-                "or (with --revision) a model id"
+                f"{raw}: not a checkpoint (.safetensors, .ckpt), an HF model folder, "
+                "a folder of checkpoints, or (with --revision) a model id"
             )
     return targets
 
@@ -108,8 +111,8 @@ def _hf_info(target: Target) -> dict[str, Any]:
 def data_dir_of(target: Target) -> Path | None:
     """The data folder the checkpoint was trained on (its eval sets), from its metadata:
     no model is built, so an already-probed checkpoint is checked cheaply."""
-    if target.kind == "lightning":
-        return checkpoint_data_dir(checkpoint_meta(load_checkpoint(target.path), target.path), target.path)
+    if target.kind == "file":
+        return checkpoint_data_dir(read_meta(target.path), target.path)
     info = _hf_info(target)
     return Path(info["data_dir"]) if info.get("data_dir") else None
 
@@ -119,10 +122,8 @@ def load(target: Target, device: str) -> Loaded:
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if target.kind == "lightning":
-        ckpt = load_checkpoint(target.path)
-        meta = checkpoint_meta(ckpt, target.path)
-        model = gpt2_from_checkpoint(ckpt, target.path)
+    if target.kind == "file":
+        meta, model = load_gpt2(target.path)
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir(meta, target.path)))
         data_dir = checkpoint_data_dir(meta, target.path)
         return Loaded(model.to(device), tokenizer, data_dir, meta.get("step"), meta.get("tokens_seen"))

@@ -1,11 +1,18 @@
-"""Checkpoints: atomic writes, a log-spaced early schedule, safe loading, HF export.
+"""Checkpoints: a log-spaced early schedule, weights files for the probes, one rolling
+training state for resume, atomic writes, safe loading, HF export.
 
 UTF-8 validity changes fastest early in training, so besides every ``every_n_steps``
-the schedule saves at steps 1, 2, 4, ..., ``log_spaced_until`` (as Pythia does). Every
-write goes to a temporary file in the target folder, is fsynced and renamed, so a crash
-mid-save never loses the previous checkpoint; a full disk is an error naming the file.
-Resuming takes the newest checkpoint that loads, by step: a truncated or corrupt file is
-skipped with a warning, never hiding the good ones. The run folder keeps a copy of the
+the schedule saves at steps 1, 2, 4, ..., ``log_spaced_until`` (as Pythia does), and at
+the last step: the paper's 420 checkpoints. Each scheduled step writes the weights file
+``step{N}.safetensors`` (kept: the probes' checkpoint, 0.6 GB for the 355M in bf16), then
+the full training state ``step{N}.ckpt`` (3.7 GB with AdamW), links ``last.ckpt`` to it and
+deletes the older full states, but those whose step is a multiple of ``keep_state_every``.
+A crash between the two writes retrains that step and rewrites its weights bit for bit.
+
+Every write goes to a temporary file in the target folder, is fsynced and renamed, so a
+crash mid-save never loses the previous checkpoint; a full disk is an error naming the
+file. Resuming takes the newest full state that loads, by step: a truncated or corrupt file
+is skipped with a warning, never hiding the good ones. The run folder keeps a copy of the
 tokenizer, which checkpoints name relative to themselves, so a run folder is self-contained.
 """
 
@@ -14,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +30,15 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from bytecanary.checkpoints import (
+    WEIGHTS,
     checkpoint_data_dir,
     checkpoint_meta,
-    gpt2_from_checkpoint,
     load_checkpoint,
-    step_checkpoints,
+    load_gpt2,
+    save_weights,
     step_of,
     tokenizer_dir,
+    training_states,
 )
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_dir, atomic_path, named, refuse_foreign_dir, warn
@@ -78,29 +88,125 @@ def log_spaced_steps(until: int | None) -> set[int]:
     return steps
 
 
-class ScheduledCheckpoint(ModelCheckpoint):
-    """Save ``step{N}.ckpt`` every ``every_n_steps``, at the log-spaced early steps and at
-    the last step, keeping all of them, plus ``last.ckpt``."""
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
 
-    def __init__(self, dirpath: str | Path, every_n_steps: int, log_spaced_until: int | None) -> None:
+
+def checkpoint_bytes(model: torch.nn.Module, weights_dtype: str) -> tuple[int, int]:
+    """Estimated bytes of (a weights file, a full training state) of ``model``, from its
+    parameters (the tied embedding once): the weights file holds each in ``weights_dtype``;
+    the full state holds fp32 master weights and AdamW's two fp32 moments, 12 bytes each.
+    Headers and metadata add a few KB. Works on the meta device (nothing allocated)."""
+    n = sum(p.numel() for p in model.parameters())
+    return n * DTYPE_BYTES[weights_dtype], n * 12
+
+
+def human_bytes(n: float) -> str:
+    """``2.1 MB``: decimal units, as disks are sold."""
+    units = ["B", "KB", "MB", "GB", "TB"]
+    while n >= 1000 and len(units) > 1:
+        n, units = n / 1000, units[1:]
+    return f"{n:.1f} {units[0]}"
+
+
+class ScheduledCheckpoint(ModelCheckpoint):
+    """At each scheduled step: the weights file ``step{N}.safetensors`` (kept), then the full
+    training state ``step{N}.ckpt`` with ``last.ckpt`` linked to it; then the older full states
+    are deleted, but multiples of ``keep_state_every``."""
+
+    def __init__(
+        self,
+        dirpath: str | Path,
+        every_n_steps: int,
+        log_spaced_until: int | None,
+        weights_dtype: str = "bfloat16",
+        keep_state_every: int | None = None,
+    ) -> None:
         super().__init__(
             dirpath=dirpath,
             filename="step{step:07d}",
             auto_insert_metric_name=False,
             every_n_train_steps=1,
-            save_top_k=-1,
-            save_last=True,
+            save_top_k=-1,  # every step file is written; deleting old ones is ours (_drop_old_states)
+            save_last="link",
             enable_version_counter=False,  # a resumed run rewrites a step in place (bit for bit)
         )
         self.every_n_steps = every_n_steps
         self.early_steps = log_spaced_steps(log_spaced_until)
+        self.weights_dtype = weights_dtype
+        self.keep_state_every = keep_state_every
+        self.weights_path: Path | None = None  # the weights file written at the current step
 
     def is_scheduled(self, step: int, max_steps: int) -> bool:
         return step % self.every_n_steps == 0 or step in self.early_steps or step == max_steps
 
+    def scheduled_steps(self, max_steps: int) -> list[int]:
+        """Every planned checkpoint step up to ``max_steps``, in order."""
+        return [s for s in range(1, max_steps + 1) if self.is_scheduled(s, max_steps)]
+
+    def keeps_state(self, step: int) -> bool:
+        return bool(self.keep_state_every) and step % self.keep_state_every == 0
+
+    def disk_plan(self, model: torch.nn.Module, max_steps: int) -> str:
+        """One line: bytes per checkpoint and the disk the schedule fills by ``max_steps``
+        (every weights file, the kept full states and the newest)."""
+        steps = self.scheduled_steps(max_steps)
+        states = len({s for s in steps if self.keeps_state(s)} | set(steps[-1:]))
+        weights, state = checkpoint_bytes(model, self.weights_dtype)
+        total = len(steps) * weights + states * state
+        return (
+            f"checkpoints: {len(steps)} x {human_bytes(weights)} weights ({self.weights_dtype}) "
+            f"+ {states} x {human_bytes(state)} training state = {human_bytes(total)} projected"
+        )
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.is_scheduled(trainer.global_step, trainer.max_steps):
-            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        self.weights_path = None
+        step = trainer.global_step
+        if not self.is_scheduled(step, trainer.max_steps) or self._should_skip_saving_checkpoint(trainer):
+            return
+        self.weights_path = self._save_weights(trainer, pl_module)  # first: see the module docstring
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if trainer.is_global_zero and self._last_global_step_saved == step:
+            self._drop_old_states(step)
+
+    def _save_weights(self, trainer, pl_module) -> Path:
+        """Every rank gathers the weights (FSDP shards them), rank 0 writes the file, and the
+        others wait for it, so every rank can read it."""
+        name = self.format_checkpoint_name(self._monitor_candidates(trainer))
+        path = Path(name).with_suffix(WEIGHTS)
+        state = trainer.strategy.lightning_module_state_dict()
+        if trainer.is_global_zero:
+            save_weights(path, state, pl_module.checkpoint_info(), self.weights_dtype)
+        trainer.strategy.barrier()
+        return path
+
+    def _drop_old_states(self, newest: int) -> None:
+        """Delete the full states older than ``newest``, but those ``keep_state_every`` keeps
+        and those without a weights file (a run from before them: its only copy of those
+        weights). Lightning's own records name only the newest, so none goes stale."""
+        for path in training_states(self.dirpath):
+            step = step_of(path.name)
+            if step < newest and not self.keeps_state(step) and path.with_suffix(WEIGHTS).is_file():
+                path.unlink(missing_ok=True)
+
+    def _save_last_checkpoint(self, trainer, monitor_candidates) -> None:
+        """``last.ckpt`` is only ever a link to a step file: without one saved in this process
+        (a resumed run that is already done), Lightning would write a full copy."""
+        if self._last_checkpoint_saved:
+            super()._save_last_checkpoint(trainer, monitor_candidates)
+
+    @staticmethod
+    def _link_checkpoint(trainer, filepath: str, linkpath: str) -> None:
+        """Point ``linkpath`` at ``filepath`` (relative) atomically: a new link beside it
+        replaces the old one, so ``last.ckpt`` is never missing (Lightning removes it first)."""
+        if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
+            link = Path(linkpath)
+            tmp = link.with_name(f".{link.name}.{uuid.uuid4().hex[:8]}.tmp")
+            try:
+                os.symlink(os.path.relpath(filepath, link.parent), tmp)
+                os.replace(tmp, link)
+            finally:
+                tmp.unlink(missing_ok=True)
+        trainer.strategy.barrier()
 
 
 def _loadable_step(path: Path) -> int | None:
@@ -113,12 +219,15 @@ def _loadable_step(path: Path) -> int | None:
 
 
 def latest_checkpoint(folder: Path) -> Path | None:
-    """The newest checkpoint that loads, by step (not mtime): ``last.ckpt``, or a newer step
-    file when a crash came between writing it and updating ``last.ckpt``. Corrupt ones are
-    skipped with a warning; None when nothing loads."""
+    """The newest full training state that loads, by step (not mtime): the step file
+    ``last.ckpt`` links to, or a newer one when a crash came between writing it and moving
+    the link. Corrupt ones are skipped with a warning; None when nothing loads. A
+    ``last.ckpt`` that is a file, not a link (runs from before links), is a copy of its step
+    and is tried first."""
     last = folder / "last.ckpt"
-    last_step = _loadable_step(last) if last.is_file() else None
-    for path in reversed(step_checkpoints(folder) if folder.is_dir() else []):
+    copy = last.is_file() and not last.is_symlink()
+    last_step = _loadable_step(last) if copy else None
+    for path in reversed(training_states(folder) if folder.is_dir() else []):
         if last_step is not None and step_of(path.name) <= last_step:
             break
         if _loadable_step(path) is not None:
@@ -144,7 +253,7 @@ RUN_FOLDER_MARKS = ("checkpoints", "metrics.jsonl", "probes.jsonl", "config.yaml
 
 
 def export(ckpt_path: str | Path, out_dir: str | Path, force: bool = False) -> Path:
-    """Lightning checkpoint -> ``save_pretrained`` folder (safetensors + tokenizer) that
+    """A weights file or a full state -> ``save_pretrained`` folder (fp32 safetensors + tokenizer) that
     ``AutoModelForCausalLM`` / ``AutoTokenizer`` load with no project code. A non-empty
     ``out_dir`` is replaced only with ``force``, and a run folder never. The folder is built
     beside ``out_dir`` and renamed into place, so a failed export leaves it as it was."""
@@ -153,9 +262,7 @@ def export(ckpt_path: str | Path, out_dir: str | Path, force: bool = False) -> P
     from transformers.utils import logging as hf_logging
 
     refuse_foreign_dir(out_dir, force, RUN_FOLDER_MARKS)
-    ckpt = load_checkpoint(ckpt_path)
-    meta = checkpoint_meta(ckpt, ckpt_path)
-    model = gpt2_from_checkpoint(ckpt, ckpt_path)
+    meta, model = load_gpt2(ckpt_path)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir(meta, ckpt_path)))
     out = Path(out_dir)
     hf_logging.disable_progress_bar()  # one file: a bar on stderr says nothing

@@ -13,12 +13,13 @@ import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
+from bytecanary.checkpoints import probe_checkpoints
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_path, check_output, remove_stale_temps
 from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis, finish_wandb
@@ -50,12 +51,24 @@ class RunConfig:
     """Save a checkpoint every this many optimizer steps."""
     log_spaced_until: int | None = 512
     """Also save at steps 1, 2, 4, ... up to this (None: off)."""
+    weights_dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    """dtype of the weights file every checkpoint writes (step<N>.safetensors, what the probes
+    read); the full training state for resuming stays fp32."""
+    keep_state_every: int | None = None
+    """Also keep the full training state of scheduled checkpoints whose step is a multiple of
+    this; None: only the newest."""
     resume: bool = False
     """Continue from the latest checkpoint in <root>/<name>/checkpoints/."""
     probe_every_tokens: int | None = None
     """Fire the probes every this many tokens as well as at each checkpoint."""
     probe_strict: bool = False
     """A failing probe stops training (default: recorded as failed, training goes on)."""
+
+    def __post_init__(self) -> None:
+        for name in ("checkpoint_every", "keep_state_every"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name}: must be a positive number of steps, got {value}")
 
     @property
     def dir(self) -> Path:
@@ -116,7 +129,13 @@ class BytecanaryCLI(LightningCLI):
             )
         callbacks = list(self.config_init["trainer"].get("callbacks") or [])
         callbacks.append(
-            ScheduledCheckpoint(run.dir / "checkpoints", run.checkpoint_every, run.log_spaced_until)
+            ScheduledCheckpoint(
+                run.dir / "checkpoints",
+                run.checkpoint_every,
+                run.log_spaced_until,
+                run.weights_dtype,
+                run.keep_state_every,
+            )
         )
         if self.probe_callback is not None:  # after the checkpoint callback: probes see saved weights
             callbacks.append(self.probe_callback)
@@ -143,7 +162,11 @@ TRAINER_DEFAULTS = {
 }
 
 
-CHECKED_GROUPS = {"model.arch": ArchConfig, "model.optim": OptimConfig}  # validated before building
+CHECKED_GROUPS = {
+    "model.arch": ArchConfig,
+    "model.optim": OptimConfig,
+    "run": RunConfig,
+}  # validated before building
 
 
 def make_cli(args: list[str] | None, cli_class: type[BytecanaryCLI] = BytecanaryCLI) -> BytecanaryCLI:
@@ -166,11 +189,11 @@ def make_cli(args: list[str] | None, cli_class: type[BytecanaryCLI] = Bytecanary
 
 
 def resume_from(run: RunConfig) -> Path | None:
-    """The checkpoint to continue from (the newest that loads), or None for a fresh run;
-    ``run.resume`` must fit what the run folder holds."""
+    """The full training state to continue from (the newest that loads), or None for a fresh
+    run; ``run.resume`` must fit what the run folder holds."""
     folder = run.dir / "checkpoints"
     if not run.resume:
-        if any(folder.glob("*.ckpt")):
+        if probe_checkpoints(folder):  # any step file, weights or full state
             raise BytecanaryError(
                 f"{run.dir} already holds checkpoints: pass --run.resume=true to continue it, "
                 "or choose another --run.name"
@@ -178,7 +201,7 @@ def resume_from(run: RunConfig) -> Path | None:
         return None
     last = latest_checkpoint(folder)
     if last is None:
-        raise BytecanaryError(f"run.resume: no loadable checkpoint to resume in {folder}")
+        raise BytecanaryError(f"run.resume: no loadable training state (step*.ckpt) to resume in {folder}")
     return last
 
 
@@ -196,6 +219,7 @@ def main(args: list[str] | None = None) -> int:
             tmp.write_text(config, encoding="utf-8")
     cli.model.tokenizer_path = keep_tokenizer(cli.datamodule.tokenizer_dir, run.dir, trainer.is_global_zero)
     cli.model.run_config = yaml.safe_load(config)  # plain types: checkpoints stay weights_only
+    rank_zero_info(trainer.checkpoint_callback.disk_plan(cli.model.model, trainer.max_steps))
     wandb_logger = next((lg for lg in trainer.loggers if not isinstance(lg, JsonlLogger)), None)
     try:
         if wandb_logger is not None and trainer.is_global_zero:

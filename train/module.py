@@ -171,8 +171,10 @@ class ByteLM(L.LightningModule):
         )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["bytecanary"] = {
+    def checkpoint_info(self) -> dict[str, Any]:
+        """What every checkpoint says about itself, in JSON types: the weights file stores it
+        as text, the full state (``on_save_checkpoint``) adds the RNG state."""
+        return {
             "step": self.global_step,
             "tokens_seen": self.tokens_seen,
             "config": self.run_config,
@@ -180,10 +182,12 @@ class ByteLM(L.LightningModule):
             "data_dir": self.data_dir,
             "tokenizer_hash": getattr(self, "_tokenizer_hash", None),
             "gpt2_config": self._plain_model().config.to_dict(),
-            "rng": torch.get_rng_state(),
             "train_row": {k: float(v) if torch.is_tensor(v) else v for k, v in (self.train_row or {}).items()}
             or None,
         }
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["bytecanary"] = {**self.checkpoint_info(), "rng": torch.get_rng_state()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         meta = checkpoint.get("bytecanary", {})

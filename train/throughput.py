@@ -12,6 +12,7 @@ knows the device (CPUs) there is no ``perf/mfu`` at all rather than an invented 
 
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any
 
@@ -90,10 +91,26 @@ class PerfMonitor(ThroughputMonitor):
     """Lightning's ``ThroughputMonitor`` logging ``perf/tokens_per_s``, ``perf/samples_per_s``
     and ``perf/mfu`` with ``tokens_seen`` and ``step`` at every log step, each over the last
     ``log_every_n_steps`` steps (validation time excluded, as Lightning does; checkpoint and
-    probe time included). The module supplies ``flops_per_batch``."""
+    probe time included). The module supplies ``flops_per_batch``.
+
+    Beside them, ``perf/wall_seconds``: wall-clock seconds since training started, with
+    everything in them (validation, checkpoints, probes), once more when training ends, and
+    carried across resumes in the checkpoint, so the share of a run spent in probes is
+    ``perf/probe_seconds/*`` over it, read from the logs alone."""
 
     def __init__(self) -> None:
         super().__init__(batch_size_fn=_samples, length_fn=_tokens)
+        self._wall_before = 0.0  # seconds of the run before this process resumed it
+        self._wall_start = time.perf_counter()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"wall_seconds": self.wall_seconds()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._wall_before = float(state_dict.get("wall_seconds", 0.0))
+
+    def wall_seconds(self) -> float:
+        return self._wall_before + time.perf_counter() - self._wall_start
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         self.kwargs.setdefault("window_size", trainer.log_every_n_steps + 1)
@@ -107,13 +124,23 @@ class PerfMonitor(ThroughputMonitor):
             for throughput in self._throughputs.values():
                 throughput.available_flops = peak
 
+    def on_train_start(self, trainer, *args: Any) -> None:
+        super().on_train_start(trainer, *args)
+        self._wall_start = time.perf_counter()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        """The last word: the final checkpoint's probes ran after the last log step."""
+        row = {keys.perf("wall_seconds"): self.wall_seconds(), keys.TOKENS_SEEN: pl_module.tokens_seen}
+        for logger in trainer.loggers:
+            logger.log_metrics({**row, keys.STEP: trainer.global_step}, step=trainer.global_step)
+
     def _compute(self, trainer, iter_num: int | None = None) -> None:
         """Training rows only, renamed, on the ``tokens_seen`` axis (Lightning's own hook)."""
         stage = trainer.state.stage
         if stage != RunningStage.TRAINING or not trainer._logger_connector.should_update_logs:
             return
         metrics: dict[str, Any] = perf_metrics(self._throughputs[stage].compute(), trainer.world_size)
-        if metrics:
-            metrics[keys.TOKENS_SEEN] = trainer.lightning_module.tokens_seen
-            metrics[keys.STEP] = trainer.global_step
-            trainer._logger_connector.log_metrics(metrics)
+        metrics[keys.perf("wall_seconds")] = self.wall_seconds()
+        metrics[keys.TOKENS_SEEN] = trainer.lightning_module.tokens_seen
+        metrics[keys.STEP] = trainer.global_step
+        trainer._logger_connector.log_metrics(metrics)

@@ -319,6 +319,37 @@ def group_mean_curve(
     return make_curve(mcqa_key(f"<{','.join(tasks)}>", metric, protocol), points)
 
 
+@dataclass(frozen=True)
+class ProbeCost:
+    """The share of a training run's wall time spent in its probes, from its logs alone."""
+
+    seconds: dict[str, float]  # probe -> seconds over every checkpoint
+    wall: float  # seconds since training started, probes included
+
+    @property
+    def share(self) -> float:
+        return sum(self.seconds.values()) / self.wall
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{p} {s:.0f} s" for p, s in self.seconds.items())
+        total = sum(self.seconds.values())
+        return f"{total:.0f} s of {self.wall:.0f} s of training ({self.share:.1%}): {parts}"
+
+
+def probe_cost(metrics_rows: Iterable[dict[str, Any]]) -> ProbeCost | None:
+    """Logged ``perf/probe_seconds/<probe>`` summed per probe, against the last logged
+    ``perf/wall_seconds``; None when the run logged no wall time."""
+    seconds: dict[str, float] = {}
+    wall = None
+    for row in metrics_rows:
+        for key, value in row.items():
+            if key.startswith(keys.probe_seconds("")) and finite(value) is not None:
+                name = key.removeprefix(keys.probe_seconds(""))
+                seconds[name] = seconds.get(name, 0.0) + value
+        wall = finite(row.get(keys.perf("wall_seconds"))) or wall
+    return ProbeCost(seconds, wall) if wall else None
+
+
 def record_problem(row: dict[str, Any]) -> str | None:
     """What is wrong with a ``probes.jsonl`` record, if anything the report relies on."""
     metrics = row.get("metrics")

@@ -105,7 +105,8 @@ def summary(out: Path) -> str:
     by_probe: dict[str, dict[str, dict[str, Any]]] = {}
     for r in _records(out):
         if r["status"] == "ok" and (r["probe"] in TABLES or r["probe"] == "mcqa"):
-            by_probe.setdefault(r["probe"], {})[r["checkpoint"]] = r
+            rows = by_probe.setdefault(r["probe"], {})
+            rows[r["checkpoint"]] = _merged(rows.get(r["checkpoint"]), r)
     blocks = []
     for probe, records in by_probe.items():
         if probe == "mcqa":
@@ -128,6 +129,15 @@ def summary(out: Path) -> str:
             lines += _tier_lines(max(records.values(), key=lambda r: r["step"] or 0))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def _merged(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """One row per (probe, checkpoint): a probe listed twice with other parameters (scored
+    MCQA protocols at every checkpoint, generated ones on a thinner cadence) adds its
+    metrics; a rerun's overwrite."""
+    if old is None or old.get("params") == new.get("params"):
+        return new
+    return {**new, "metrics": {**old["metrics"], **new["metrics"]}}
 
 
 def _cells(values: list[float | None]) -> str:

@@ -225,8 +225,9 @@ def write_report(run_dir: str | Path, wandb: bool | None = None) -> Path:
 
 
 def report_summary(run_dir: str | Path) -> str:
-    """A few lines for the terminal: both convergence points, their ratio, the report's path
-    (after ``write_report``, which warned of any bad line already)."""
+    """A few lines for the terminal: both convergence points, their ratio, the share of the
+    run spent in probes, the report's path (after ``write_report``, which warned of any bad
+    line already)."""
     data = load_run(run_dir, on_bad=lambda message: None)
     conv = analysis.convergence(data.metrics, data.probes)
     if conv.ratio is not None:
@@ -235,11 +236,13 @@ def report_summary(run_dir: str | Path) -> str:
     else:
         ratio = f"n/a ({conv.why_no_ratio()})"
     headline = conv.headline
+    cost = analysis.probe_cost(data.metrics)
     return "\n".join(
         [
             f"validation perplexity {conv.ppl.describe}",
             f"Level 0 validity (all, partial) {headline.describe if headline else 'has no records'}",
             f"validity/perplexity tokens: {ratio}",
+            *([f"probes: {cost.describe()}"] if cost else []),
             f"report: {data.run_dir / REPORT_DIR / 'report.md'} (+ {', '.join(f'{n}.png' for n in FIGURES)})",
         ]
     )

@@ -13,6 +13,13 @@ A generated answer is reduced to text by the first rule of the hierarchy that fi
 similar to: character n-gram TF-IDF cosine by default (no model, works for every script),
 or a sentence-transformers model named by the user. No shared n-gram with any option
 means no match (scored wrong), so an empty or foreign answer cannot default to option A.
+
+The paper reads a model's whole response (instruct models, temperature 0.6, top-k 20,
+section 2.2); a base model's response has no end of its own, so generation stops at a
+blank line or where a new question starts (``STOPS``), as lm-evaluation-harness's
+chain-of-thought BBH tasks stop at ``"\\n\\n"`` and ``"Q"``: the rules take the *last*
+``answer is``, which must not come from an item the model went on to invent. (The paper's
+own remedy for slow generation is a shorter max_length, section 4.2.)
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import numpy as np
 from bytecanary.errors import BytecanaryError
 
 RULES = ("answer_is", "answer_colon", "option_text", "last_sentence", "none")
+STOPS = ("\n\n", "\nQuestion:")  # the response ends at a blank line or a new question
 
 # the paper's patterns: an occurrence with no later one on its line, then the last line's
 _ANSWER_IS = re.compile(r"answer\s*is\s*:?[ \t]*(?!.*answer\s*is)(.+)", re.IGNORECASE)

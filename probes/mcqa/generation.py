@@ -5,6 +5,34 @@ a seed of its own (from the run's seed and its first item), so DDP shards draw e
 what one process draws. Grading turns each answer into an option index (-1: none):
 Matched-and-Dashed extracts a text by its rule hierarchy and matches it to an option;
 a wrapper reads its strict and its normalised format.
+
+An answer ends at eos, at ``max_new_tokens``, or at the first stop string of its protocol,
+and its text is cut before that stop string (lm-evaluation-harness's ``generate_until``:
+``until: ["\\n"]`` and ``text.split(stop)[0]``). What stops each protocol, and why:
+
+- ``wrapper_plain``, ``wrapper_structured``: a newline. The answer field is one line
+  (``Answer: B``, ``answer: B``) and the strict formats are anchored at its start, so a
+  strict grade cannot change past it; what follows is the model's next invented item.
+- ``wrapper_structured_delim``: a newline or ``###``, the format's own field delimiter
+  (its strict format accepts either after the letter).
+- ``wrapper_json``: a newline. The opening ``{"answer": "`` and the object the prompt
+  asks for are one line; ``}`` cannot stop it, since the cut would drop the brace the
+  strict parse needs (only an object broken over lines after the opening loses its
+  strict grade).
+- ``wrapper_deliberate``: a blank line or ``\\nQuestion:``. The scratchpad runs over
+  several lines and ends with ``final answer: <letter>``; a blank line or a new question
+  ends that block (the end of the final-answer line cannot be a stop string: the cut
+  would drop the answer).
+- ``dashed``: a blank line or ``\\nQuestion:``. M&D reads the whole step-by-step response
+  and takes its last ``answer is``; lm-evaluation-harness's chain-of-thought BBH tasks
+  end such responses the same way (``"\\n\\n"``, ``"Q"``).
+
+Neither paper uses stop strings: "Format Sensitivity Index" (arXiv 2607.09665) caps
+generation at max_tokens=24 (section 3.4); the Matched-and-Dashed (M&D) vs
+Select-and-Letter paper generates instruct models' full responses at temperature 0.6,
+top-k 20 (section 2.2). A base model has no end of its own, and on its 24 tokens the
+stop mostly spares decoding that grading would ignore or, worse, read from an item the
+model made up. ``stop=False`` decodes every answer to eos or ``max_new_tokens`` (v3).
 """
 
 from __future__ import annotations
@@ -17,8 +45,8 @@ import numpy as np
 
 from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
-from probes.engine import Sampling, generate
-from probes.mcqa import wrappers
+from probes.engine import Sampling, cut_at_stop, generate
+from probes.mcqa import dashed, wrappers
 from probes.mcqa.dashed import Matcher, extract
 from probes.mcqa.views import View
 
@@ -33,9 +61,11 @@ def generate_answers(
     batch_size: int,
     pad: int,
     n_ctx: int,
+    stop: bool = True,
 ) -> np.ndarray:
     """(views, protocols, samplings) decoded text; "" where a view has no prompt (rotated
-    views, items past the generative limit). ``views`` are this rank's, batch by batch."""
+    views, items past the generative limit). ``views`` are this rank's, batch by batch;
+    ``stop``: each answer ends at its protocol's stop strings."""
     codec = ByteCodec.from_tokenizer(tokenizer)
     keep = max(1, n_ctx - max_new_tokens) if n_ctx else None
     texts = np.full((len(views), len(protocols), len(samplings)), "", dtype=object)
@@ -49,6 +79,7 @@ def generate_answers(
             key = f"{sampling.seed}|{first.task}|{first.question}".encode()
             seeded = Sampling(sampling.temperature, sampling.top_k, seed=zlib.crc32(key))
             prompts = [views[v].prompts[p][-keep:] if keep else views[v].prompts[p] for v, p in batch]
+            stops = [stop_strings(p) if stop else () for _, p in batch]
             gen = generate(
                 model,
                 prompts,
@@ -58,13 +89,22 @@ def generate_answers(
                 len(batch),
                 seeded,
                 score_prompt=False,
+                stops=stops,
+                codec=codec,
             )
             for row, (v, p) in enumerate(batch):
                 ids = gen.tokens[row, : gen.lengths[row]].tolist()
                 if ids and ids[-1] == tokenizer.eos_token_id:
                     ids = ids[:-1]
-                texts[v, protocols.index(p), s] = codec.decode(ids).decode("utf-8", errors="replace")
+                text = cut_at_stop(codec.decode(ids), stops[row])
+                texts[v, protocols.index(p), s] = text.decode("utf-8", errors="replace")
     return texts
+
+
+def stop_strings(protocol: str) -> tuple[bytes, ...]:
+    """Where an answer under ``protocol`` is complete (see the module docstring)."""
+    family = protocol.removeprefix(keys.WRAPPER)
+    return tuple(s.encode() for s in (dashed.STOPS if protocol == keys.DASHED else wrappers.STOPS[family]))
 
 
 def grade(

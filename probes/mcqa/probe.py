@@ -55,7 +55,9 @@ TRIAL_GENERATIVE = 32  # items per task that generate with ``trial`` (default ``
 
 @register_probe("mcqa")
 class McqaProbe(Probe):
-    version = 3  # v3: one pass per item (shared prompt, no copied KV cache); tasks per language
+    # v3: one pass per item (shared prompt, no copied KV cache); tasks per language
+    # v4: generated answers end at their protocol's stop strings (generation.py), cut before them
+    version = 4
 
     def __init__(
         self,
@@ -68,6 +70,7 @@ class McqaProbe(Probe):
         shots: int = 0,
         permutations: bool = False,
         max_new_tokens: int = 24,
+        stop: bool = True,
         seeds: int = 0,
         temperature: float = 0.6,
         top_k: int = 20,
@@ -90,6 +93,9 @@ class McqaProbe(Probe):
             shots: solved examples before each question (letter scoring and cloze).
             permutations: also score every cyclic rotation of the options.
             max_new_tokens: generation length of the dashed and wrapper protocols.
+            stop: end each generated answer at its protocol's stop strings (a newline for
+                the one-line wrappers, ...; see ``probes.mcqa.generation``); False: decode
+                to eos or ``max_new_tokens``, as version 3 did.
             seeds: 0: one greedy generation per prompt; n: n sampled runs (seeds 0..n-1)
                 at ``temperature`` / ``top_k``, treated as repeats.
             generative_per_task: the generative protocols run on the first this many items
@@ -111,7 +117,7 @@ class McqaProbe(Probe):
         self.embedded, self.nonsense = embedded_per_language, nonsense_per_language
         self.languages = languages or list(LANGUAGES)
         self.label_format, self.shots, self.permutations = label_format, shots, permutations
-        self.max_new_tokens, self.seeds = max_new_tokens, seeds
+        self.max_new_tokens, self.stop, self.seeds = max_new_tokens, stop, seeds
         self.temperature, self.top_k, self.similarity = temperature, top_k, similarity
         self.generative_per_task = generative_per_task
         self._matcher_cache: Matcher | None = None
@@ -209,6 +215,7 @@ class McqaProbe(Probe):
                 self.batch_size,
                 pad,
                 n_ctx,
+                self.stop,
             )
         return out
 

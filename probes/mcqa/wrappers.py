@@ -13,6 +13,10 @@ Extraction is task-aware (the item's own labels, and its option texts) in two
 strictnesses: ``strict`` accepts only the exact format the wrapper asks for,
 ``normalised`` forgives case, brackets, markdown fences and answers given as option text.
 Unparsable answers count as wrong (section 3.5).
+
+Generation stops where the asked-for answer ends (``STOPS``; the paper only caps it at
+max_tokens=24, section 3.4), and the text is cut before the stop string, as
+lm-evaluation-harness's ``generate_until`` does with ``until: ["\\n"]``.
 """
 
 from __future__ import annotations
@@ -46,6 +50,23 @@ _WRAPPERS: dict[str, tuple[str, str, str]] = {
         "scratchpad:",
         "final answer",
     ),
+}
+
+# family -> stop strings: where its answer is complete. The strict formats of plain,
+# structured and structured_delim are anchored at the opening and end with their line (or,
+# for structured_delim, at ``###``), so a strict grade reads the same with or without what
+# follows the stop. json also ends at its line: the opening and the asked-for object are
+# one line, and the text is cut before the stop, so ``}`` cannot be one (an object broken
+# over lines after the opening is the one strict answer a newline loses). deliberate's
+# scratchpad runs over lines, so it ends at a blank line or where a new question starts:
+# past either, no text answers this item (the end of the final-answer line cannot be a
+# stop string, the cut would drop the answer).
+STOPS: dict[str, tuple[str, ...]] = {
+    "plain": ("\n",),
+    "json": ("\n",),
+    "structured": ("\n",),
+    "structured_delim": ("\n", "###"),
+    "deliberate": ("\n\n", "\nQuestion:"),
 }
 
 _STRICT = {

@@ -86,18 +86,34 @@ def no_progress_bars(monkeypatch):
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory, small_data) -> Path:
-    """A micro run of 8 steps: step0000004.ckpt, step0000008.ckpt, last.ckpt. Copy it before
-    breaking anything."""
+    """A micro run of 8 steps: the weights files step0000004.safetensors and
+    step0000008.safetensors, the full state step0000008.ckpt and last.ckpt linking to it.
+    Copy it before breaking anything."""
+    return _train(tmp_path_factory, small_data, "base")
+
+
+@pytest.fixture(scope="session")
+def trained_kept(tmp_path_factory, small_data) -> Path:
+    """The same run keeping every full state (``keep_state_every: 4``): step0000004.ckpt too."""
+    return _train(tmp_path_factory, small_data, "kept", "--run.keep_state_every", "4")
+
+
+def _train(tmp_path_factory, small_data, name: str, *args: str) -> Path:
     from train.cli import main
 
     root = tmp_path_factory.mktemp("faults")
     config = micro_config(root / "micro.yaml", small_data, root / "runs")
-    assert main(["--config", str(config), "--run.name", "base", "--trainer.max_steps", "8"]) == 0
-    return root / "runs" / "base"
+    assert main(["--config", str(config), "--run.name", name, "--trainer.max_steps", "8", *args]) == 0
+    return root / "runs" / name
+
+
+def copy_run(run: Path, to: Path) -> Path:
+    """A copy of a run folder; ``last.ckpt`` stays a link."""
+    return shutil.copytree(run, to, symlinks=True)
 
 
 @pytest.fixture
 def run_copy(trained, tmp_path, small_data) -> tuple[Path, Path]:
     """(copy of the trained run as ``tmp_path/runs/copy``, a config whose runs live beside it)."""
-    run = shutil.copytree(trained, tmp_path / "runs" / "copy")
+    run = copy_run(trained, tmp_path / "runs" / "copy")
     return run, micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs")

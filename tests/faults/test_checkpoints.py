@@ -1,5 +1,6 @@
 """Checkpoints survive: a corrupt newest checkpoint (resume and --watch), temp files of
-killed writes, export into a folder that holds something, a moved run folder."""
+killed writes, a crash between a full state and its link, a truncated or foreign weights
+file, export into a folder that holds something, a moved run folder."""
 
 import os
 import shutil
@@ -7,63 +8,104 @@ import time
 import types
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 import probes.runner
-from bytecanary.checkpoints import checkpoint_meta, load_checkpoint
+from bytecanary.checkpoints import checkpoint_meta, load_checkpoint, read_meta
 from bytecanary.cli import main
 from probes.records import read_records
 from train.checkpointing import latest_checkpoint
 
-from .conftest import bytecanary, digests, one_error
+from .conftest import bytecanary, copy_run, digests, micro_config, one_error
 
 
 def _truncate(path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
-def test_resume_picks_the_newest_loadable_checkpoint_by_step(trained, tmp_path, capsys):
-    folder = shutil.copytree(trained / "checkpoints", tmp_path / "checkpoints")
-    assert latest_checkpoint(folder) == folder / "last.ckpt"
-    os.utime(folder / "step0000004.ckpt")  # newest by mtime: resuming from it would redo steps
-    assert latest_checkpoint(folder) == folder / "last.ckpt" and capsys.readouterr().err == ""
-    _truncate(folder / "last.ckpt")
+def test_resume_picks_the_newest_loadable_full_state_by_step(trained_kept, tmp_path, capsys):
+    folder = copy_run(trained_kept / "checkpoints", tmp_path / "checkpoints")
     assert latest_checkpoint(folder) == folder / "step0000008.ckpt"
+    os.utime(folder / "step0000004.ckpt")  # newest by mtime: resuming from it would redo steps
+    (folder / "last.ckpt").unlink()
+    (folder / "last.ckpt").symlink_to("step0000004.ckpt")  # killed before the link moved on
+    assert latest_checkpoint(folder) == folder / "step0000008.ckpt" and capsys.readouterr().err == ""
+    _truncate(folder / "step0000008.ckpt")
+    assert latest_checkpoint(folder) == folder / "step0000004.ckpt"
     (warning,) = capsys.readouterr().err.strip().splitlines()
-    assert warning.startswith("warning: ") and "last.ckpt: not a loadable checkpoint" in warning
+    assert warning.startswith("warning: ") and "step0000008.ckpt: not a loadable checkpoint" in warning
+
+
+def test_a_last_ckpt_copy_of_a_run_from_before_links_still_resumes(trained_kept, tmp_path, capsys):
+    folder = copy_run(trained_kept / "checkpoints", tmp_path / "checkpoints")
+    (folder / "last.ckpt").unlink()
+    shutil.copy(folder / "step0000008.ckpt", folder / "last.ckpt")
+    _truncate(folder / "step0000008.ckpt")
+    assert latest_checkpoint(folder) == folder / "last.ckpt" and capsys.readouterr().err == ""
 
 
 @pytest.mark.slow
-def test_corrupt_newest_checkpoints_and_stale_temps_do_not_stop_a_resume(run_copy):
-    run, config = run_copy
+def test_corrupt_newest_state_and_stale_temps_do_not_stop_a_resume(trained_kept, tmp_path, small_data):
+    run = copy_run(trained_kept, tmp_path / "runs" / "kept")
+    config = micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs")
     ckpts = run / "checkpoints"
-    _truncate(ckpts / "step0000008.ckpt")  # the disk filled during the last save
-    _truncate(ckpts / "last.ckpt")
-    (ckpts / ".step0000012.ckpt.x1y2.tmp").write_bytes(b"half a checkpoint")
+    _truncate(ckpts / "step0000008.ckpt")  # bit rot under last.ckpt
+    (ckpts / ".step0000008.ckpt.x1y2.tmp").write_bytes(b"half a checkpoint")
+    (ckpts / ".step0000008.safetensors.x1y2.tmp").write_bytes(b"half a weights file")
     (run / ".metrics.jsonl.a1b2.tmp").write_text("{")
-    kept = digests(ckpts)["step0000004.ckpt"]
-    proc = bytecanary("train", "--config", config, "--run.name", "copy", "--trainer.max_steps", "12",
-                      "--run.resume", "true")  # fmt: skip
+    before = digests(ckpts)
+    weights_8 = shutil.copy(ckpts / "step0000008.safetensors", tmp_path / "step8.safetensors")
+    proc = bytecanary("train", "--config", config, "--run.name", "kept", "--trainer.max_steps", "8",
+                      "--run.resume", "true", "--run.keep_state_every", "4")  # fmt: skip
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
-    assert len(warnings) == 2 and "last.ckpt" in warnings[0] and "step0000008.ckpt" in warnings[1]
-    assert digests(ckpts)["step0000004.ckpt"] == kept
-    for name in ("step0000008.ckpt", "step0000012.ckpt", "last.ckpt"):  # rewritten whole
-        assert checkpoint_meta(load_checkpoint(ckpts / name), name)["step"] in (8, 12)
+    assert len(warnings) == 1 and "step0000008.ckpt" in warnings[0]
+    after = digests(ckpts)
+    for name in ("step0000004.ckpt", "step0000004.safetensors"):
+        assert after[name] == before[name]
+    assert after["step0000008.safetensors"] != before["step0000008.safetensors"]  # its config says resume
+    rewritten, original = load_file(ckpts / "step0000008.safetensors"), load_file(weights_8)
+    assert rewritten.keys() == original.keys()
+    assert all(torch.equal(rewritten[k], original[k]) for k in original)  # bit for bit
+    for name in ("step0000008.ckpt", "last.ckpt"):  # rewritten whole
+        assert checkpoint_meta(load_checkpoint(ckpts / name), name)["step"] == 8
+    assert os.readlink(ckpts / "last.ckpt") == "step0000008.ckpt"
     assert not list(ckpts.glob(".*.tmp")) and not list(run.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "foreign"])
+def test_a_bad_weights_file_is_one_line_for_probe_and_export(trained, tmp_path, damage, capsys):
+    bad = tmp_path / "step0000008.safetensors"
+    if damage == "truncated":
+        shutil.copy(trained / "checkpoints" / "step0000008.safetensors", bad)
+        _truncate(bad)
+        reason = "not a loadable weights file (truncated or corrupt?)"
+    else:  # an HF model's weights: safetensors, but not ours
+        hf = tmp_path / "hf"
+        assert main(["export", str(trained / "checkpoints" / "step0000008.safetensors"), str(hf)]) == 0
+        shutil.copy(hf / "model.safetensors", bad)
+        reason = "not a bytecanary weights file"
+    capsys.readouterr()
+    assert main(["probe", str(bad), "--no-wandb", "--out", str(tmp_path / "p.jsonl")]) == 2
+    one_error(capsys.readouterr().err, str(bad), reason)
+    assert main(["export", str(bad), str(tmp_path / "out")]) == 2
+    one_error(capsys.readouterr().err, str(bad), reason)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "p.jsonl").exists()
 
 
 def test_watch_skips_a_corrupt_checkpoint_and_probes_it_when_whole(trained, tmp_path, monkeypatch, capsys):
     folder = tmp_path / "ckpts"
     folder.mkdir()
-    shutil.copy(trained / "checkpoints" / "step0000004.ckpt", folder)
-    shutil.copy(trained / "checkpoints" / "step0000008.ckpt", folder)
-    _truncate(folder / "step0000008.ckpt")  # still being copied in
+    shutil.copy(trained / "checkpoints" / "step0000004.safetensors", folder)
+    shutil.copy(trained / "checkpoints" / "step0000008.safetensors", folder)
+    _truncate(folder / "step0000008.safetensors")  # still being copied in
     looks = iter(["copy done", "Ctrl-C"])
 
     def sleep(seconds: float) -> None:
         if next(looks) == "Ctrl-C":
             raise KeyboardInterrupt
-        shutil.copy(trained / "checkpoints" / "step0000008.ckpt", folder)
+        shutil.copy(trained / "checkpoints" / "step0000008.safetensors", folder)
 
     clock = types.SimpleNamespace(sleep=sleep, perf_counter=time.perf_counter)  # the runner's only
     monkeypatch.setattr(probes.runner, "time", clock)
@@ -71,13 +113,15 @@ def test_watch_skips_a_corrupt_checkpoint_and_probes_it_when_whole(trained, tmp_
     specs = [{"name": "level0", "per_language": 2, "trial": True}]
     assert probes.runner.run([], specs, str(out), watch_dir=str(folder), interval=0, device="cpu") == 0
     (warning,) = capsys.readouterr().err.strip().splitlines()
-    assert warning.startswith("warning: ") and "step0000008.ckpt: not a loadable checkpoint" in warning
+    assert (
+        warning.startswith("warning: ") and "step0000008.safetensors: not a loadable weights file" in warning
+    )
     assert [(r["step"], r["status"]) for r in read_records(out)] == [(4, "ok"), (8, "ok")]
 
 
 @pytest.mark.parametrize("target", ["other", "run"])
 def test_export_never_replaces_what_a_folder_holds(trained, tmp_path, target, capsys):
-    ckpt = trained / "checkpoints" / "step0000004.ckpt"
+    ckpt = trained / "checkpoints" / "step0000004.safetensors"
     folder = trained if target == "run" else tmp_path / "other"
     if target == "other":
         folder.mkdir()
@@ -91,11 +135,12 @@ def test_export_never_replaces_what_a_folder_holds(trained, tmp_path, target, ca
 
 
 def test_a_moved_run_folder_exports_from_any_working_directory(trained, tmp_path, monkeypatch, capsys):
-    """Checkpoints name the run's own tokenizer copy relative to themselves."""
-    moved = shutil.copytree(trained, tmp_path / "elsewhere" / "run")
-    assert checkpoint_meta(load_checkpoint(moved / "checkpoints" / "last.ckpt"), "x")["tokenizer_path"] == (
-        "../tokenizer"
-    )
+    """Checkpoints name the run's own tokenizer copy relative to themselves; last.ckpt is a
+    relative link, so it moves with the folder."""
+    moved = copy_run(trained, tmp_path / "elsewhere" / "run")
+    for name in ("last.ckpt", "step0000008.safetensors"):
+        assert read_meta(moved / "checkpoints" / name)["tokenizer_path"] == "../tokenizer"
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert main(["export", "run/checkpoints/last.ckpt", "hf"]) == 0
+    assert main(["export", "run/checkpoints/step0000004.safetensors", "hf4"]) == 0
     assert (tmp_path / "elsewhere" / "hf" / "tokenizer.json").is_file() and capsys.readouterr().err == ""

@@ -73,6 +73,7 @@ def test_a_misconfigured_probe_is_one_line_before_anything_trains(small_data, tm
         ("--model.optim.lr=-1", "model.optim.lr: must be > 0, got -1.0"),
         ("--data.batch_size=0", "data.batch_size: must be >= 1, got 0"),
         ("--model.arch.n_head=3", "model.arch.n_embd: must be divisible by n_head (3), got 64"),
+        ("--run.keep_state_every=0", "run.keep_state_every: must be a positive number of steps, got 0"),
     ],
 )
 def test_an_out_of_range_flag_is_one_line_naming_it_before_the_run_folder(

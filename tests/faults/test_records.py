@@ -96,7 +96,7 @@ def test_an_empty_eval_set_is_an_error_before_any_record(trained, tmp_path, smal
     ja = str(small_data / "evalsets" / "level0_ja.json")
     config.write_text(json.dumps({"probes": [{"name": "level0", "eval_sets": [ja], "languages": ["ko"]}]}))
     out = tmp_path / "p.jsonl"
-    ckpt = str(trained / "checkpoints" / "step0000004.ckpt")
+    ckpt = str(trained / "checkpoints" / "step0000004.safetensors")
     assert _probe(ckpt, "--config", str(config), "--out", str(out)) == 2
     one_error(capsys.readouterr().err, "level0", "no samples")
     assert read_records(out) == []

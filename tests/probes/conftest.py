@@ -70,9 +70,10 @@ def eval_dir(tmp_path_factory):
     return root
 
 
-def generate_alone(model, ids, max_new_tokens, tok) -> list[int]:
+def generate_alone(model, ids, max_new_tokens, tok, stop_strings=None) -> list[int]:
     """``model.generate`` greedy on one prompt, no padding: the reference for the engine;
-    the tokens up to and including eos."""
+    the tokens up to and including eos (or the token completing one of ``stop_strings``)."""
+    stopping = {"stop_strings": stop_strings, "tokenizer": tok} if stop_strings else {}
     out = model.generate(
         input_ids=torch.tensor([ids]),
         attention_mask=torch.ones(1, len(ids), dtype=torch.long),
@@ -80,5 +81,6 @@ def generate_alone(model, ids, max_new_tokens, tok) -> list[int]:
         max_new_tokens=max_new_tokens,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
+        **stopping,
     )[0, len(ids) :].tolist()
     return out[: out.index(tok.eos_token_id) + 1] if tok.eos_token_id in out else out

@@ -5,13 +5,7 @@ import lightning as L
 import pytest
 import yaml
 
-from bytecanary.checkpoints import (
-    checkpoint_data_dir,
-    checkpoint_meta,
-    gpt2_from_checkpoint,
-    load_checkpoint,
-    tokenizer_dir,
-)
+from bytecanary.checkpoints import checkpoint_data_dir, load_gpt2, tokenizer_dir
 from bytecanary.errors import BytecanaryError
 from probes import get_probe
 from probes.callback import ProbeCallback
@@ -67,7 +61,8 @@ def test_failing_probe_is_recorded_and_training_goes_on(tmp_path, small_data):
     assert rows[0]["error"] == "ValueError: boom" and rows[0]["metrics"] == {}
     level0 = get_probe("level0", per_language=2)
     assert (rows[1]["version"], rows[1]["params"]) == (1, level0.fingerprint(small_data))
-    assert rows[1]["checkpoint"].endswith("step0000002.ckpt") and rows[3]["tokens_seen"] == 4 * 4 * 32
+    assert rows[1]["checkpoint"] == str((tmp_path / "checkpoints" / "step0000002.safetensors").resolve())
+    assert rows[3]["tokens_seen"] == 4 * 4 * 32
     assert module.model.training  # train mode restored
 
 
@@ -113,9 +108,8 @@ def test_ddp_probes_equal_a_single_process_run(micro, tmp_path):
         (4, "level1", "ok"),
     ]
     path = rows[0]["checkpoint"]
-    ckpt = load_checkpoint(path)
-    model = gpt2_from_checkpoint(ckpt, path)
-    meta = checkpoint_meta(ckpt, path)
+    assert path.endswith("step0000004.safetensors")
+    meta, model = load_gpt2(path)
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(meta, path)))
@@ -140,3 +134,34 @@ def test_token_schedule_fires_between_checkpoints(tmp_path, small_data):
     rows = read_records(tmp_path / "probes.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # 128 tokens a step; checkpoints at 2 and 4
     assert [r["checkpoint"] is None for r in rows] == [True, False, True, False]
+
+
+def test_fires_probe_the_weights_file_in_one_reused_model(tmp_path, small_data, monkeypatch):
+    """The callback's numbers are those of the weights file just written (what ``bytecanary
+    probe`` reads later), loaded into one probe model that every fire reuses."""
+    from probes.runner import Loaded, Target, probe_one
+
+    models = []
+    real = ProbeCallback._load
+
+    def spy(self, path, device):
+        meta, model = real(self, path, device)
+        models.append(model)
+        return meta, model
+
+    monkeypatch.setattr(ProbeCallback, "_load", spy)
+    spec = {"name": "level0", "per_language": 2}
+    _fit(tmp_path, small_data, [spec])
+    assert len(models) == 2 and models[0] is models[1] and not models[0].training
+    row = read_records(tmp_path / "probes.jsonl")[-1]
+    meta, model = load_gpt2(row["checkpoint"])
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(meta, row["checkpoint"])))
+    loaded = Loaded(model, tok, small_data, meta["step"], meta["tokens_seen"])
+    probe = get_probe("level0", per_language=2)
+    prepared = probe.prepare(tok, small_data)
+    target = Target(row["checkpoint"], row["checkpoint"], "file")
+    again = probe_one(target, loaded, probe, prepared, row["params"])
+    assert (again["step"], again["tokens_seen"]) == (row["step"], row["tokens_seen"]) == (4, 4 * 4 * 32)
+    assert again["metrics"] == row["metrics"]

@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -54,8 +55,10 @@ def test_folder_of_checkpoints_in_step_order_then_rerun_is_a_no_op(trained_run, 
     ]
     assert all(r["status"] == "ok" and r["tokens_seen"] == r["step"] * 8 * 32 for r in rows)
     assert all(r["version"] == 1 and len(r["params"]) == 12 for r in rows)
+    weights = [str((trained_run / "checkpoints" / f"step{s:07d}.safetensors").resolve()) for s in (4, 8)]
+    assert [r["checkpoint"] for r in rows] == [weights[0], weights[0], weights[1], weights[1]]
     text = summary(out)
-    assert "Level 0 (context-free validity)" in text and "step0000008.ckpt" in text
+    assert "Level 0 (context-free validity)" in text and "step0000008.safetensors" in text
     last = next(r for r in rows if r["step"] == 8 and r["probe"] == "level0")["metrics"]
     tiers = text[text.index("partial by tier, step 8") :].splitlines()
     ja = next(line for line in tiers if line.startswith("ja ")).split()[1:]
@@ -120,7 +123,7 @@ def test_a_changed_parameter_or_eval_set_redoes_that_probe_only(hf_model, tmp_pa
 
 @pytest.mark.slow
 def test_exported_model_and_revision_series(trained_run, tmp_path):
-    hf = export(trained_run / "checkpoints" / "step0000008.ckpt", tmp_path / "hf")
+    hf = export(trained_run / "checkpoints" / "step0000008.safetensors", tmp_path / "hf")
     out = tmp_path / "p.jsonl"
     assert _probe(str(hf), "--probes", "level0", "--out", str(out)) == 0
     (row,) = read_records(out)
@@ -178,11 +181,14 @@ def test_watch_yields_each_new_checkpoint_once(trained_run, tmp_path):
     folder.mkdir()
     looks = watch(folder, interval=0)
     assert next(looks) == []
-    shutil.copy(trained_run / "checkpoints" / "step0000004.ckpt", folder)
+    shutil.copy(trained_run / "checkpoints" / "step0000004.safetensors", folder)
     shutil.copy(trained_run / "checkpoints" / "last.ckpt", folder)
     assert [t.step_hint for t in next(looks)] == [4]
-    shutil.copy(trained_run / "checkpoints" / "step0000008.ckpt", folder)
-    assert [t.step_hint for t in next(looks)] == [8]
+    shutil.copy(trained_run / "checkpoints" / "step0000008.safetensors", folder)
+    shutil.copy(
+        trained_run / "checkpoints" / "step0000008.ckpt", folder
+    )  # the full state of a step with weights
+    assert [Path(t.path).name for t in next(looks)] == ["step0000008.safetensors"]
     assert next(looks) == []
     assert [t.step_hint for t in resolve([str(folder)])] == [4, 8]
 
@@ -196,7 +202,7 @@ def test_cli_writes_a_wandb_offline_run(trained_run, tmp_path):
             "-m",
             "bytecanary.cli",
             "probe",
-            str(trained_run / "checkpoints" / "step0000004.ckpt"),
+            str(trained_run / "checkpoints" / "step0000004.safetensors"),
             "--trial",
             "--probes",
             "level0",
@@ -226,7 +232,7 @@ def test_probe_parameters_from_a_config(trained_run, tmp_path, capsys):
     config = tmp_path / "probes.yaml"
     config.write_text(yaml.safe_dump({"probes": [{"name": "level0", "per_language": 2}, mcqa]}))
     out = tmp_path / "p.jsonl"
-    ckpt = str(trained_run / "checkpoints" / "step0000008.ckpt")
+    ckpt = str(trained_run / "checkpoints" / "step0000008.ckpt")  # a full state probes too
     assert _probe(ckpt, "--config", str(config), "--probes", "mcqa", "--out", str(out)) == 0
     (row,) = read_records(out)
     assert row["probe"] == "mcqa" and row["metrics"]["probe/mcqa/nonsenseqa_en/n"] == 3

@@ -161,3 +161,17 @@ def test_task_groups_and_their_mean_curve():
     assert curve.key == keys.mcqa("<wordcomp_en,wordcomp_ja>", "cloze", "acc")
     fsi = analysis.group_mean_curve(cps, groups["mmlu"], "fsi")
     assert fsi.tokens == [] and fsi.key == "probe/mcqa/<mmlu>/fsi"
+
+
+def test_probe_cost_sums_logged_probe_seconds_against_the_last_wall_time():
+    rows = [
+        {"step": 1, "tokens_seen": 10, "perf/probe_seconds/level0": 1.5, "perf/probe_seconds/mcqa": 4.0},
+        {"step": 2, "tokens_seen": 20, "perf/wall_seconds": 30.0, "train/loss": 2.0},
+        {"step": 4, "tokens_seen": 40, "perf/probe_seconds/level0": 0.5, "perf/probe_seconds/mcqa": None},
+        {"step": 4, "tokens_seen": 40, "perf/wall_seconds": 60.0},
+    ]
+    cost = analysis.probe_cost(rows)
+    assert cost.seconds == {"level0": 2.0, "mcqa": 4.0} and cost.wall == 60.0
+    assert cost.share == pytest.approx(0.1)
+    assert cost.describe() == "6 s of 60 s of training (10.0%): level0 2 s, mcqa 4 s"
+    assert analysis.probe_cost(rows[:1]) is None  # no wall time logged: no share invented

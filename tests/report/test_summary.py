@@ -92,6 +92,23 @@ def test_mcqa_table_averages_each_task_group_and_adds_the_series_line(records):
     assert "accuracy vs parsability over wrapper cells: Pearson r nan, beta nan +- nan" in text
 
 
+def test_a_probe_listed_twice_fills_one_row_per_checkpoint(tmp_path):
+    """Scored MCQA at every checkpoint, generated MCQA (other parameters) at some: one row each."""
+    scored = {"probe/mcqa/wordcomp_en/letter_separate/acc": 0.25}
+    rows = [{**_record(step, "mcqa", scored), "params": "scored"} for step in (1, 2)]
+    rows.append({**_record(2, "mcqa", {"probe/mcqa/nonsenseqa_en/dashed/acc": 0.75}), "params": "generated"})
+    rows.append(
+        {**_record(2, "mcqa", {"probe/mcqa/wordcomp_en/letter_separate/acc": 0.5}), "params": "scored"}
+    )
+    write_jsonl(tmp_path / "probes.jsonl", rows)
+    text = summary(tmp_path / "probes.jsonl")
+    block = text.split("MCQA", 1)[1]
+    assert sum(line.startswith("step0000002.ckpt") for line in block.splitlines()) == 1
+    assert _row(text, "MCQA", "step0000001.ckpt")[3:] == ["0.250", "-", "-", "-", "-", "-", "-", "-"]
+    # the scored rerun replaced its own first record; the generated record added its metric
+    assert _row(text, "MCQA", "step0000002.ckpt")[3:] == ["0.500", "-", "-", "-", "-", "0.750", "-", "-"]
+
+
 def test_no_records_no_tables(tmp_path):
     assert summary(tmp_path / "missing.jsonl") == ""
 

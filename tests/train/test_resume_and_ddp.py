@@ -1,4 +1,5 @@
-"""SIGKILL mid-run + resume equals an uninterrupted run bit for bit; 2-process CPU DDP."""
+"""SIGKILL mid-run + resume equals an uninterrupted run bit for bit, its old full states
+deleted behind it; 2-process CPU DDP."""
 
 import signal
 import subprocess
@@ -7,6 +8,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from bytecanary.checkpoints import load_checkpoint
 from train.datamodule import ShardBatches
@@ -35,6 +37,8 @@ def test_killed_run_resumes_exactly(micro, tmp_path):
         "10",
         "--trainer.val_check_interval",
         "20",
+        "--run.keep_state_every",
+        "20",
     ]
     run_train(micro, "--run.name", "whole", *args)
 
@@ -56,6 +60,15 @@ def test_killed_run_resumes_exactly(micro, tmp_path):
     assert whole.keys() == resumed.keys()
     for key in whole:
         assert torch.equal(whole[key], resumed[key]), key
+    layout = sorted(p.name for p in (killed / "checkpoints").iterdir())
+    assert layout == sorted(p.name for p in (tmp_path / "runs" / "whole" / "checkpoints").iterdir())
+    weights = [f"step{s:07d}.safetensors" for s in range(10, STEPS + 1, 10)]
+    assert layout == sorted(
+        [*weights, "step0000020.ckpt", "step0000040.ckpt", "step0000060.ckpt", "last.ckpt"]
+    )
+    for name in weights:  # every probe checkpoint, also those written before the kill
+        a, b = (load_file(run / "checkpoints" / name) for run in (tmp_path / "runs" / "whole", killed))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
     rows_whole = _timeless(read_metrics(tmp_path / "runs" / "whole" / "metrics.jsonl"))
     rows_resumed = _timeless(read_metrics(killed / "metrics.jsonl"))
     train_steps = [r["step"] for r in rows_resumed if "train/loss" in r]

@@ -17,6 +17,7 @@ from train.throughput import dense_peak_flops, flops_per_token, perf_metrics
 from ..conftest import run_train, wandb_records
 
 PERF = ("perf/tokens_per_s", "perf/samples_per_s")
+WALL = "perf/wall_seconds"
 
 
 def test_flops_formula_matches_counted_flops_of_forward_and_backward():
@@ -65,7 +66,7 @@ def test_run_logs_throughput_on_the_tokens_seen_axis_and_no_mfu_on_cpu(micro, tm
     train_steps = [r["step"] for r in rows if "train/loss" in r]
     assert [r["step"] for r in perf] == train_steps[1:]  # a rate needs one log interval first
     for row in perf:
-        assert set(row) == {"step", "tokens_seen", *PERF}
+        assert set(row) == {"step", "tokens_seen", *PERF, WALL}
         assert row["tokens_seen"] == row["step"] * 8 * 32
         assert row["perf/tokens_per_s"] == pytest.approx(row["perf/samples_per_s"] * 32)
     assert not any("perf/mfu" in r for r in rows)
@@ -90,3 +91,27 @@ def test_mfu_is_logged_where_the_peak_is_known(micro, small_data, tmp_path, monk
     assert rows
     for row in rows:
         assert row["perf/mfu"] == pytest.approx(row["perf/tokens_per_s"] * flops_per_token(model) / 1e9)
+
+
+def _walls(run_dir):
+    return [(r["step"], r[WALL]) for r in read_metrics(run_dir / "metrics.jsonl") if WALL in r]
+
+
+@pytest.mark.slow
+def test_wall_seconds_hold_the_probes_and_carry_across_a_resume(micro, tmp_path):
+    """perf/wall_seconds grows at every log step, has a last row once the final checkpoint's
+    probes ran, holds all the logged probe seconds, and a resumed run goes on from the
+    checkpoint's value instead of starting again at 0."""
+    probes = ["--probes", "[{name: level0, trial: true, per_language: 4}]"]
+    run_train(micro, "--run.name", "w", "--trainer.max_steps", "4", *probes)
+    run_dir = tmp_path / "runs" / "w"
+    first = _walls(run_dir)
+    assert [step for step, _ in first] == [2, 4, 4]  # log steps, then the end of training
+    assert [w for _, w in first] == sorted(w for _, w in first) and first[0][1] > 0
+    probe_seconds = sum(v for r in read_metrics(run_dir / "metrics.jsonl") for k, v in r.items()
+                        if k.startswith("perf/probe_seconds/"))  # fmt: skip
+    assert 0 < probe_seconds < first[-1][1]
+    run_train(micro, "--run.name", "w", "--trainer.max_steps", "8", "--run.resume", "true", *probes)
+    resumed = [(step, w) for step, w in _walls(run_dir) if step > 4]
+    assert [step for step, _ in resumed] == [6, 8, 8]
+    assert resumed[0][1] > first[1][1]  # the step-4 checkpoint's wall time, plus this process's

@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from bytecanary.checkpoints import load_checkpoint
+from bytecanary.checkpoints import load_checkpoint, read_meta
 from bytecanary.errors import BytecanaryError
 from train.checkpointing import export, log_spaced_steps
 from train.loggers import read_metrics
@@ -61,9 +61,9 @@ def test_training_configs_parse(name, small_data):
 def test_micro_run_learns_and_writes_the_run_folder(micro, tmp_path):
     run_train(micro, "--run.name", "a", "--trainer.max_steps", "24", "--run.log_spaced_until", "4")
     run = tmp_path / "runs" / "a"
-    saved = sorted(p.name for p in (run / "checkpoints").glob("*.ckpt"))
-    want = sorted({*(f"step{s:07d}.ckpt" for s in {1, 2, 4, 8, 12, 16, 20, 24})} | {"last.ckpt"})
-    assert saved == want
+    saved = sorted(p.name for p in (run / "checkpoints").iterdir())
+    weights = {f"step{s:07d}.safetensors" for s in {1, 2, 4, 8, 12, 16, 20, 24}}
+    assert saved == sorted(weights | {"step0000024.ckpt", "last.ckpt"})  # one rolling full state
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["trainer"]["max_steps"] == 24 and config["run"]["name"] == "a"
     rows = read_metrics(run / "metrics.jsonl")
@@ -76,8 +76,7 @@ def test_micro_run_learns_and_writes_the_run_folder(micro, tmp_path):
     assert {f"val/{lang}/ppl" for lang in ("en", "ja", "ko", "zh")} <= set(val[-1])
     for row in val:  # overall ppl is the token-weighted mean of the languages' losses
         assert row["val/ppl"] == pytest.approx(np.exp(row["val/loss"]), rel=1e-5)
-    ckpt = load_checkpoint(run / "checkpoints" / "step0000012.ckpt")
-    meta = ckpt["bytecanary"]
+    meta = read_meta(run / "checkpoints" / "step0000012.safetensors")
     assert meta["step"] == 12 and meta["tokens_seen"] == 12 * 8 * 32
     assert meta["config"]["trainer"]["max_steps"] == 24
     assert Path(meta["tokenizer_path"]).name == "tokenizer"

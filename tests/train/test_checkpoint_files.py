@@ -1,0 +1,174 @@
+"""Checkpoints sized for 420 of them: a weights file at every scheduled step, one rolling
+full training state (plus the kept ones), ``last.ckpt`` a link; the files round-trip,
+export and probe, the disk estimate fits the real files, and runs from before weights
+files still probe and resume."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors import safe_open
+
+from bytecanary.checkpoints import (
+    gpt2_state,
+    load_checkpoint,
+    load_gpt2,
+    probe_checkpoints,
+    training_states,
+)
+from bytecanary.cli import main
+from probes.records import read_records
+from train.checkpointing import ScheduledCheckpoint, checkpoint_bytes, export, human_bytes, latest_checkpoint
+from train.model import ArchConfig, build_model, count_parameters
+
+from ..conftest import MICRO, run_train
+
+ROOT = Path(__file__).resolve().parents[2]
+# scheduled: 1, 2 (log-spaced), 4, 8, 12 (every 4); full states kept: multiples of 8, and the newest
+ARGS = ("--trainer.max_steps", "12", "--run.log_spaced_until", "2", "--run.keep_state_every", "8")
+
+
+def _config(path: Path, data: Path, root: Path) -> Path:
+    cfg = {
+        **MICRO,
+        "data": {**MICRO["data"], "data_dir": str(data)},
+        "run": {**MICRO["run"], "root": str(root)},
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def run12(tmp_path_factory, small_data) -> tuple[Path, str]:
+    """(run folder, training stderr) of a 12-step micro run."""
+    root = tmp_path_factory.mktemp("ckpt_files")
+    proc = run_train(_config(root / "micro.yaml", small_data, root / "runs"), "--run.name", "r", *ARGS)
+    return root / "runs" / "r", proc.stderr
+
+
+def test_scheduled_steps_and_kept_states(tmp_path):
+    ckpt = ScheduledCheckpoint(tmp_path, every_n_steps=4, log_spaced_until=2, keep_state_every=8)
+    assert ckpt.scheduled_steps(12) == [1, 2, 4, 8, 12] and ckpt.scheduled_steps(0) == []
+    assert [s for s in ckpt.scheduled_steps(20) if ckpt.keeps_state(s)] == [8, 16]
+    assert not ScheduledCheckpoint(tmp_path, 4, None).keeps_state(8)
+
+
+@pytest.mark.slow
+def test_layout_after_a_run(run12):
+    run, stderr = run12
+    ckpts = run / "checkpoints"
+    weights = [f"step{s:07d}.safetensors" for s in (1, 2, 4, 8, 12)]
+    states = ["step0000008.ckpt", "step0000012.ckpt"]  # kept (a multiple of 8), newest
+    assert sorted(p.name for p in ckpts.iterdir()) == sorted([*weights, *states, "last.ckpt"])
+    assert (ckpts / "last.ckpt").is_symlink() and os.readlink(ckpts / "last.ckpt") == "step0000012.ckpt"
+    assert latest_checkpoint(ckpts) == ckpts / "step0000012.ckpt"
+    assert [p.name for p in probe_checkpoints(ckpts)] == weights
+    assert [p.name for p in training_states(ckpts)] == states
+    # Lightning's records name only files that exist
+    (mc,) = [s for s in load_checkpoint(ckpts / "last.ckpt")["callbacks"].values() if "best_model_path" in s]
+    assert (
+        Path(mc["best_model_path"]).name == "step0000012.ckpt"
+        and Path(mc["last_model_path"]).name == "last.ckpt"
+    )
+    _, model = load_gpt2(ckpts / "step0000012.safetensors")
+    plan = ScheduledCheckpoint(ckpts, 4, 2, "bfloat16", 8).disk_plan(model, 12)
+    assert plan.startswith("checkpoints: 5 x ") and " + 2 x " in plan and plan in stderr
+
+
+@pytest.mark.slow
+def test_weights_file_round_trip(run12):
+    ckpts = run12[0] / "checkpoints"
+    meta, model = load_gpt2(ckpts / "step0000012.safetensors")
+    assert meta["step"] == 12 and meta["tokens_seen"] == 12 * 8 * 32 and "rng" not in meta
+    assert meta["tokenizer_path"] == "../tokenizer" and meta["config"]["run"]["keep_state_every"] == 8
+    assert not model.training and {p.dtype for p in model.parameters()} == {torch.float32}
+    full = gpt2_state(load_checkpoint(ckpts / "step0000012.ckpt")["state_dict"])
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, full[key].to(torch.bfloat16).float()), key
+    assert model.lm_head.weight is model.transformer.wte.weight  # still tied
+    with safe_open(str(ckpts / "step0000012.safetensors"), framework="pt") as f:
+        assert (
+            "lm_head.weight" not in f.keys()  # noqa: SIM118 (not a dict)
+            and f.get_tensor("transformer.wte.weight").dtype == torch.bfloat16
+        )
+        assert json.loads(f.metadata()["bytecanary"]) == meta
+
+
+@pytest.mark.slow
+def test_the_estimate_fits_the_real_files(run12):
+    ckpts = run12[0] / "checkpoints"
+    _, model = load_gpt2(ckpts / "step0000012.safetensors")
+    weights, state = checkpoint_bytes(model, "bfloat16")
+    assert weights == pytest.approx((ckpts / "step0000012.safetensors").stat().st_size, rel=0.03)
+    assert state == pytest.approx((ckpts / "step0000012.ckpt").stat().st_size, rel=0.03)
+
+
+def test_bytes_per_checkpoint_of_the_355m(capsys):
+    """The 355M preset's shape on the meta device: nothing allocated, the figures printed."""
+    cfg = yaml.safe_load((ROOT / "configs" / "gpt2-355m.yaml").read_text())
+    with torch.device("meta"):
+        model = build_model(ArchConfig(**cfg["model"]["arch"]), vocab_size=8192)
+    run = cfg["run"]
+    ckpt = ScheduledCheckpoint(
+        "x", run["checkpoint_every"], run["log_spaced_until"], "bfloat16", run["keep_state_every"]
+    )
+    weights, state = checkpoint_bytes(model, "bfloat16")
+    assert (weights, state) == (2 * count_parameters(model), 12 * count_parameters(model))
+    steps = len(ckpt.scheduled_steps(cfg["trainer"]["max_steps"]))
+    plan = ckpt.disk_plan(model, cfg["trainer"]["max_steps"])
+    assert (
+        plan
+        == "checkpoints: 160 x 623.5 MB weights (bfloat16) + 15 x 3.7 GB training state = 155.9 GB projected"
+    )
+    with capsys.disabled():
+        print(f"\n355M per checkpoint: before {human_bytes(2 * state)} (full state + last.ckpt copy), "
+              f"after {human_bytes(weights)} weights + one rolling {human_bytes(state)} state")  # fmt: skip
+        print(f"355M, {steps} checkpoints: before {human_bytes(steps * state + state)}; after: {plan}")
+
+
+@pytest.mark.slow
+def test_export_from_a_weights_file(run12, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    path = run12[0] / "checkpoints" / "step0000008.safetensors"
+    out = export(path, tmp_path / "hf")
+    hf = AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    _, model = load_gpt2(path)
+    ids = torch.arange(20).view(1, -1)
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, model(ids).logits, rtol=0, atol=0)
+    info = json.loads((out / "bytecanary.json").read_text())
+    assert info["step"] == 8 and info["checkpoint"] == str(path) and (out / "tokenizer.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_run_from_before_weights_files_still_probes_and_resumes(run12, tmp_path, small_data, capsys):
+    """Only full states, one per step, and ``last.ckpt`` a copy: probed as before, resumed from
+    the copy, and its full states never deleted (they are its only weights)."""
+    legacy = shutil.copytree(run12[0], tmp_path / "runs" / "r", symlinks=True)
+    ckpts = legacy / "checkpoints"
+    for weights in ckpts.glob("*.safetensors"):
+        weights.unlink()
+    (ckpts / "last.ckpt").unlink()
+    shutil.copy(ckpts / "step0000012.ckpt", ckpts / "last.ckpt")
+    out = tmp_path / "p.jsonl"
+    assert main(["probe", str(legacy), "--probes", "level0", "--trial", "--no-wandb", "--out", str(out)]) == 0
+    assert [(Path(r["checkpoint"]).name, r["step"]) for r in read_records(out)] == [
+        ("step0000008.ckpt", 8),
+        ("step0000012.ckpt", 12),
+    ]
+    assert latest_checkpoint(ckpts) == ckpts / "last.ckpt"
+    config = _config(tmp_path / "micro.yaml", small_data, tmp_path / "runs")
+    run_train(config, "--run.name", "r", *ARGS[2:], "--trainer.max_steps", "16", "--run.resume", "true")
+    assert sorted(p.name for p in ckpts.iterdir()) == [
+        "last.ckpt",
+        "step0000008.ckpt",
+        "step0000012.ckpt",
+        "step0000016.ckpt",
+        "step0000016.safetensors",
+    ]
+    assert os.readlink(ckpts / "last.ckpt") == "step0000016.ckpt"
