@@ -11,6 +11,14 @@ sides (the gold scoring ours adds is not credited) and set against this machine'
 matmul FLOP/s, measured here with a large ``torch.matmul``.
 
     python benchmarks/probe_throughput.py [--model medium] [--data data/default] [--per-language 32]
+
+``--suite CONFIG`` instead times the whole probe suite of a training config (its
+``probes:`` list, cadences included) on the random model, one fire of each entry at a
+checkpoint (compute and aggregation; preparing runs once per training and is left out),
+and what the cadences make of it over the config's planned checkpoints (``run`` section
+and ``trainer.max_steps``): the probe seconds of a whole run and their mean per checkpoint.
+
+    python benchmarks/probe_throughput.py --suite configs/tiny.yaml --model tiny
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -58,18 +67,81 @@ def work_flops(model, prompt_lens: list[int], gen_lens: list[int]) -> float:
     return total
 
 
-def build(model: str, data: str, per_language: int, batch: int):
-    """The random model (same seed on both sides), its tokenizer and the Level 0 samples."""
+def random_model(model: str, data: str):
+    """The random model of a shape (same seed on every side, the training activation) and
+    the data folder's tokenizer."""
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    from probes import get_probe
 
     tokenizer = AutoTokenizer.from_pretrained(f"{data}/tokenizer")
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id, **SHAPES[model])
-    net = GPT2LMHeadModel(cfg).eval()
+    cfg = GPT2Config(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        activation_function="gelu_pytorch_tanh",
+        **SHAPES[model],
+    )
+    return GPT2LMHeadModel(cfg).eval(), tokenizer
+
+
+def build(model: str, data: str, per_language: int, batch: int):
+    """The random model, its tokenizer and the Level 0 samples."""
+    from probes import get_probe
+
+    net, tokenizer = random_model(model, data)
     probe = get_probe("level0", trial=True, per_language=per_language, batch_size=batch)
     return net, tokenizer, probe, probe.prepare(tokenizer, data)
+
+
+def run_suite(model: str, data: str, config: str) -> dict:
+    """Seconds of one fire of each probe entry of ``config`` (best of two, after a warm-up
+    fire), and how many of the config's planned checkpoints its cadence fires at."""
+    from bytecanary.config import read_yaml
+    from probes.common import build_probes, prepare_probe
+    from probes.runner import probe_specs
+    from train.checkpointing import ScheduledCheckpoint
+
+    doc = read_yaml(config)
+    run, steps = doc.get("run", {}), doc.get("trainer", {}).get("max_steps")
+    schedule = ScheduledCheckpoint(
+        "/nonexistent", run.get("checkpoint_every", 1000), run.get("log_spaced_until", 512)
+    ).scheduled_steps(steps)
+    net, tokenizer = random_model(model, data)
+    rows = []
+    for probe in build_probes(probe_specs(config, None), config):
+        prepared, _ = prepare_probe(probe, tokenizer, Path(data), config)
+        times = []
+        with torch.inference_mode():
+            for _ in range(3):
+                start = time.perf_counter()
+                probe.aggregate(prepared, [probe.compute(net, tokenizer, prepared)])
+                times.append(time.perf_counter() - start)
+        fires = len(schedule) if probe.cadence.always else len(probe.cadence.steps(schedule))
+        protocols = [
+            p.removeprefix("wrapper_")
+            for p in (*getattr(probe, "scored", ()), *getattr(probe, "generated", ()))
+        ]
+        label = f"{probe.name} ({', '.join(protocols)})" if protocols else probe.name
+        rows.append(
+            {"probe": label, "cadence": probe.cadence.describe(), "seconds": min(times[1:]), "fires": fires}
+        )
+    return {"checkpoints": len(schedule), "max_steps": steps, "rows": rows}
+
+
+def print_suite(result: dict, model: str, config: str) -> None:
+    n = result["checkpoints"]
+    print(f"probe suite of {config} on a random GPT-2 {model}: one fire each (best of 2 after a warm-up),")
+    print(f"and over its {n} planned checkpoints in {result['max_steps']:,} steps")
+    columns = ("s / fire", "fires", "s / run", "s / ckpt")
+    print(f"{'probe entry':<70}{'cadence':<22}" + "".join(f"{c:>10}" for c in columns))
+    total_fire = total_run = 0.0
+    for row in result["rows"]:
+        run = row["seconds"] * row["fires"]
+        total_fire, total_run = total_fire + row["seconds"], total_run + run
+        cells = (f"{row['seconds']:.2f}", f"{row['fires']}", f"{run:.1f}", f"{run / n:.2f}")
+        print(f"{row['probe'][:69]:<70}{row['cadence']:<22}" + "".join(f"{c:>10}" for c in cells))
+    cells = (f"{total_fire:.2f}", "", f"{total_run:.1f}", f"{total_run / n:.2f}")
+    print(f"{'full suite':<70}{'':<22}" + "".join(f"{c:>10}" for c in cells))
 
 
 def run_side(side: str, model: str, data: str, per_language: int, batch: int) -> dict:
@@ -132,6 +204,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=2, help="runs per side, alternating; best time")
     parser.add_argument("--threads", type=int, help="torch threads on every side (default: torch's)")
+    parser.add_argument("--suite", metavar="CONFIG", help="time a training config's probe suite instead")
     parser.add_argument("--side", choices=["ours", "generate"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
@@ -140,6 +213,15 @@ def main() -> None:
     if args.threads:  # on a shared machine, fewer threads than free cores keeps barriers from stalling
         torch.set_num_threads(args.threads)
         os.environ["OMP_NUM_THREADS"] = str(args.threads)  # for the sides' processes
+    if args.suite:
+        load_before = os.getloadavg()[0]
+        result = run_suite(args.model, args.data, args.suite)
+        print(
+            f"torch {torch.__version__}  {platform.machine()}  threads {torch.get_num_threads()}  load "
+            f"{load_before:.2f} -> {os.getloadavg()[0]:.2f}"
+        )
+        print_suite(result, args.model, args.suite)
+        return
     load_before, peak_before = os.getloadavg()[0], matmul_flops()
     runs: dict[str, list[dict]] = {"generate": [], "ours": []}
     for _ in range(args.repeat):

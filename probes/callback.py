@@ -1,4 +1,4 @@
-"""Fire the configured probes at every checkpoint of a training run.
+"""Fire the configured probes at the checkpoints of a training run.
 
 Subclassing ``Checkpoint`` makes Lightning run this after ``ModelCheckpoint`` in the same
 hook, so the weights file of the step (``ScheduledCheckpoint.weights_path``) exists: the
@@ -10,7 +10,8 @@ between checkpoints (``every_tokens``) probe the live module, in eval mode under
 and rank 0 aggregates the shares: the metrics equal a single-process run. Results are
 logged to every logger with ``tokens_seen`` (W&B plots them beside ``val/ppl``) and
 appended to ``probes.jsonl`` next to the checkpoints, with each probe's version and
-fingerprint.
+fingerprint. A probe fires at every checkpoint, or at those its ``cadence`` picks from
+the planned schedule (``probes.cadence``): every Nth, or log-spaced in tokens.
 
 Every probe is prepared (eval sets found, tasks loaded) before the first training step,
 so a misconfigured probe is one error line and nothing trains. At every (re)start the run's
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ from lightning.pytorch.callbacks import Checkpoint
 from tqdm.auto import tqdm
 
 from bytecanary import keys
-from bytecanary.checkpoints import load_gpt2, probe_checkpoints
+from bytecanary.checkpoints import load_gpt2, probe_checkpoints, step_of
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import warn
 from probes.common import build_probes, prepare_probe
@@ -63,6 +65,7 @@ class ProbeCallback(Checkpoint):
         self._last_step = -1
         self._next_tokens = every_tokens or 0
         self._model: torch.nn.Module | None = None  # the probe model checkpoint files load into
+        self._steps: list[set[int] | None] = [None] * len(self.probes)  # per probe: its steps (None: all)
 
     def prepare(self, tokenizer_dir: str | Path, data_dir: str | Path) -> None:
         """Load the tokenizer and prepare every probe; a missing or empty eval set or task
@@ -78,19 +81,35 @@ class ProbeCallback(Checkpoint):
         folder = getattr(trainer.checkpoint_callback, "dirpath", None)
         if self.out is None:
             self.out = Path(folder).parent / "probes.jsonl" if folder else Path("probes.jsonl")
+        self._plan(trainer)
         if folder:
             self._catch_up(trainer, pl_module, Path(folder))
 
+    def _plan(self, trainer) -> None:
+        """Each probe's checkpoint steps, from its cadence over the checkpoint callback's
+        planned schedule (None: every checkpoint)."""
+        schedule = getattr(trainer.checkpoint_callback, "scheduled_steps", None)
+        planned = schedule(trainer.max_steps) if schedule is not None and trainer.max_steps > 0 else None
+        self._steps = [
+            None if probe.cadence.always or planned is None else probe.cadence.steps(planned)
+            for probe in self.probes
+        ]
+
+    def due(self, step: int | None) -> list[int]:
+        """Indices of the probes whose cadence fires at the checkpoint of ``step``."""
+        return [i for i, steps in enumerate(self._steps) if steps is None or step in steps]
+
     def _missing(self, folder: Path) -> list[tuple[str, list[int]]]:
-        """(checkpoint, indices of the probes without a successful record) of each checkpoint."""
+        """(checkpoint, indices of the probes due there without a successful record) of each
+        checkpoint."""
         done = completed(self.out)
         todo = []
         for path in probe_checkpoints(folder):
             key = str(path.resolve())
             missing = [
                 i
-                for i, (probe, (_, params)) in enumerate(zip(self.probes, self._prepared, strict=True))
-                if (key, probe.name, probe.version, params) not in done
+                for i in self.due(step_of(path.name))
+                if (key, self.probes[i].name, self.probes[i].version, self._prepared[i][1]) not in done
             ]
             todo += [(key, missing)] if missing else []
         return todo
@@ -105,8 +124,7 @@ class ProbeCallback(Checkpoint):
                 if trainer.is_global_zero:
                     warn(f"{err}; its probes are not caught up")
                 continue
-            for i in indices:
-                self._run_one(trainer, model, i, path, meta.get("step"), meta.get("tokens_seen"))
+            self._run(trainer, model, indices, path, meta.get("step"), meta.get("tokens_seen"))
 
     def _load(self, path: str, device: torch.device) -> tuple[dict[str, Any], torch.nn.Module]:
         """(metadata, probe model holding ``path``'s weights): built on ``device`` once, then
@@ -129,29 +147,53 @@ class ProbeCallback(Checkpoint):
             self.fire(trainer, pl_module, str(Path(weights).resolve()) if weights is not None else None)
 
     def fire(self, trainer, pl_module, checkpoint: str | None) -> None:
-        """Run every probe (all ranks) on the weights file ``checkpoint`` or, with none, on the
-        live module, and record the results."""
+        """Run the probes due at this step (all ranks) on the weights file ``checkpoint`` or,
+        with none (an ``every_tokens`` fire), every probe on the live module; record the results."""
         self._last_step = trainer.global_step
         tokens = getattr(pl_module, "tokens_seen", None)
         if checkpoint is not None:
-            _, model = self._load(checkpoint, pl_module.device)
-            for i in range(len(self.probes)):
-                self._run_one(trainer, model, i, checkpoint, trainer.global_step, tokens)
+            due = self.due(trainer.global_step)
+            if due:
+                _, model = self._load(checkpoint, pl_module.device)
+                self._run(trainer, model, due, checkpoint, trainer.global_step, tokens)
             return
         model = getattr(pl_module, "model", pl_module)
         model = getattr(model, "_orig_mod", model)
         was_training = model.training
         model.eval()
         try:
-            for i in range(len(self.probes)):
-                self._run_one(trainer, model, i, None, trainer.global_step, tokens)
+            self._run(trainer, model, range(len(self.probes)), None, trainer.global_step, tokens)
         finally:
             model.train(was_training)
 
+    def _run(
+        self,
+        trainer,
+        model,
+        indices: Iterable[int],
+        checkpoint: str | None,
+        step: int | None,
+        tokens: int | None,
+    ) -> None:
+        """Run the probes ``indices`` on ``model``, then log their seconds in one row, summed
+        per probe name (a probe listed twice, with other parameters or cadences, is one cost)."""
+        seconds: dict[str, float] = {}
+        for i in indices:
+            record = self._run_one(trainer, model, i, checkpoint, step, tokens)
+            if record is not None:
+                seconds[record["probe"]] = seconds.get(record["probe"], 0.0) + record["seconds"]
+        if seconds:
+            row = {keys.probe_seconds(name): round(s, 3) for name, s in seconds.items()}
+            row |= {keys.TOKENS_SEEN: tokens} if tokens is not None else {}
+            for logger in trainer.loggers:
+                logger.log_metrics(row, step=step)
+
     def _run_one(
         self, trainer, model, index: int, checkpoint: str | None, step: int | None, tokens: int | None
-    ) -> None:
+    ) -> dict[str, Any] | None:
+        """One probe on ``model`` (every rank its share); rank 0 returns the record."""
         probe, (prepared, params) = self.probes[index], self._prepared[index]
+        record = None
         start = time.perf_counter()
         try:
             with torch.no_grad():
@@ -183,6 +225,7 @@ class ProbeCallback(Checkpoint):
         if error is not None and self.strict:
             first = str(error).strip().splitlines()[0] if str(error).strip() else "failed"
             raise BytecanaryError(f"probe {probe.name} failed at step {step} (run.probe_strict): {first}")
+        return record
 
     def _publish(self, trainer, record: dict[str, Any]) -> None:
         """Append the record, log its metrics with ``tokens_seen``, and say how it went (above
@@ -190,7 +233,6 @@ class ProbeCallback(Checkpoint):
         append_record(self.out, record)
         if record["metrics"]:
             extra = {"tokens_seen": record["tokens_seen"]} if record["tokens_seen"] is not None else {}
-            extra[keys.probe_seconds(record["probe"])] = record["seconds"]
             for logger in trainer.loggers:
                 logger.log_metrics({**record["metrics"], **extra}, step=record["step"])
         where = f"probe {record['probe']} at step {record['step']}: {record['seconds']:.1f} s"

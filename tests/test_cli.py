@@ -1,6 +1,7 @@
 """The command line: help from the functions' docstrings, one-line errors, the flags reaching
 the code they name, and the demo's smoke path."""
 
+import re
 import sys
 import types
 
@@ -9,6 +10,7 @@ import yaml
 
 from bytecanary import cli
 from bytecanary.cli import main
+from bytecanary.io import read_jsonl
 from bytecanary.report.summary import add_mcqa_series
 from probes.records import read_records
 
@@ -122,6 +124,12 @@ def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capsys):
     assert "| tokens seen | step | val ppl ↓ |" in md  # the per-checkpoint table...
     assert f"\n| {last['tokens_seen']:,} | {last['step']} | " in md  # ...down to the last checkpoint
     assert "wandb sync" in printed and list((run / "wandb").glob("offline-run-*"))
+    # the share of the run spent in probes, from the logs: the records' seconds over the wall time
+    share = re.search(r"^probes: (\d+) s of (\d+) s of training \(([\d.]+)%\): level0 ", printed, re.M)
+    assert share, printed
+    wall = [r["perf/wall_seconds"] for r in read_jsonl(run / "metrics.jsonl") if "perf/wall_seconds" in r][-1]
+    assert abs(int(share[1]) - sum(r["seconds"] for r in records)) <= 0.5 and abs(int(share[2]) - wall) <= 0.5
+    assert abs(float(share[3]) - 100 * sum(r["seconds"] for r in records) / wall) <= 0.05
     assert main(args) == 0  # a rerun continues the finished run: nothing more to train or probe
     assert len(read_records(tmp_path / "runs" / "demo" / "probes.jsonl")) == len(records)
 

@@ -78,6 +78,9 @@ def gpt2_config(arch: ArchConfig, vocab_size: int, eos_token_id: int | None = No
         resid_pdrop=arch.dropout,
         embd_pdrop=arch.dropout,
         attn_pdrop=arch.dropout,
+        # GPT-2's tanh GELU as one fused kernel: "gelu_new" computes the same function in
+        # five elementwise ops, a tenth of a CPU training step and a third of a prefill
+        activation_function="gelu_pytorch_tanh",
         attn_implementation="sdpa",
     )
 

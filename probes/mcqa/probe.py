@@ -56,7 +56,8 @@ TRIAL_GENERATIVE = 32  # items per task that generate with ``trial`` (default ``
 @register_probe("mcqa")
 class McqaProbe(Probe):
     # v3: one pass per item (shared prompt, no copied KV cache); tasks per language
-    # v4: generated answers end at their protocol's stop strings (generation.py), cut before them
+    # v4: generated answers end at their protocol's stop strings (generation.py), cut before
+    # them; generating views batched together (bootstrap CIs see items in that order)
     version = 4
 
     def __init__(
@@ -175,14 +176,16 @@ class McqaProbe(Probe):
         return out
 
     def prepare(self, tokenizer: Any, data_dir: Path | None) -> list[View]:
-        """Every view, shortest first: a batch then holds rows of about one length, and
-        padding costs little (every rank sorts alike, so DDP batches stay the same)."""
+        """Every view, those that generate first, each group shortest first: a batch then
+        holds rows of about one length, so padding costs little, and the generating views of
+        every task fill whole batches instead of a few rows in each (every rank sorts alike,
+        so DDP batches stay the same)."""
         limit = self.generative_per_task or (TRIAL_GENERATIVE if self.trial else None)
         items = self._items(data_dir)
         views = build_views(
             tokenizer, items, self.scored, self.generated, self.label_format, self.permutations, limit
         )
-        return sorted(views, key=view_tokens)
+        return sorted(views, key=lambda view: (not view.prompts, view_tokens(view)))
 
     def compute(
         self, model: Any, tokenizer: Any, prepared: list[View], rank: int = 0, world: int = 1

@@ -1,11 +1,13 @@
 """The probe callback: fires after each checkpoint, records failures with the probe's version
 and fingerprint, refuses a bad spec before training, DDP equals 1 process."""
 
+from pathlib import Path
+
 import lightning as L
 import pytest
 import yaml
 
-from bytecanary.checkpoints import checkpoint_data_dir, load_gpt2, tokenizer_dir
+from bytecanary.checkpoints import checkpoint_data_dir, load_gpt2, step_of, tokenizer_dir
 from bytecanary.errors import BytecanaryError
 from probes import get_probe
 from probes.callback import ProbeCallback
@@ -13,7 +15,7 @@ from probes.records import read_records
 from probes.registry import Probe
 from train.checkpointing import ScheduledCheckpoint
 from train.datamodule import ShardDataModule
-from train.loggers import read_metrics
+from train.loggers import JsonlLogger, read_metrics
 from train.model import ArchConfig
 from train.module import ByteLM
 
@@ -30,19 +32,22 @@ class Exploding(Probe):
         raise ValueError("boom")
 
 
-def _fit(tmp_path, small_data, probes, strict=False, every_tokens=None):
+def _fit(
+    tmp_path, small_data, probes, strict=False, every_tokens=None, max_steps=4, every_n_steps=2, logger=False
+):
     dm = ShardDataModule(str(small_data), batch_size=4, seq_len=32, val_tokens=256)
     module = ByteLM(ArchConfig(n_layer=1, n_head=2, n_embd=32, n_positions=32), vocab_size=dm.vocab_size)
-    ckpt = ScheduledCheckpoint(tmp_path / "checkpoints", every_n_steps=2, log_spaced_until=None)
+    ckpt = ScheduledCheckpoint(tmp_path / "checkpoints", every_n_steps=every_n_steps, log_spaced_until=None)
+    callback = ProbeCallback(probes, every_tokens=every_tokens, strict=strict)
     trainer = L.Trainer(
         accelerator="cpu",
-        max_steps=4,
+        max_steps=max_steps,
         max_epochs=-1,
         limit_val_batches=0,
-        logger=False,
+        logger=logger,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[ckpt, ProbeCallback(probes, every_tokens=every_tokens, strict=strict)],
+        callbacks=[ckpt, callback],
     )
     trainer.fit(module, datamodule=dm)
     return trainer, module
@@ -165,3 +170,31 @@ def test_fires_probe_the_weights_file_in_one_reused_model(tmp_path, small_data, 
     again = probe_one(target, loaded, probe, prepared, row["params"])
     assert (again["step"], again["tokens_seen"]) == (row["step"], row["tokens_seen"]) == (4, 4 * 4 * 32)
     assert again["metrics"] == row["metrics"]
+
+
+def test_a_cadence_picks_its_checkpoints_in_training_and_in_catch_up(tmp_path, small_data):
+    every = {"name": "level0", "per_language": 2}
+    thin = {"name": "level0", "per_language": 1, "cadence": {"every": 2}}
+    logger = JsonlLogger(tmp_path / "metrics.jsonl")
+    trainer, _ = _fit(tmp_path, small_data, [every, thin], max_steps=6, every_n_steps=1, logger=logger)
+    rows = read_records(tmp_path / "probes.jsonl")
+    assert all(r["status"] == "ok" for r in rows)
+    fired = [(r["step"], r["params"]) for r in rows]
+    plain, sparse = (get_probe("level0", per_language=n).fingerprint(small_data) for n in (2, 1))
+    # planned checkpoints 1..6: every 2nd from the first (1, 3, 5) and always the last (6)
+    assert [s for s, p in fired if p == plain] == [1, 2, 3, 4, 5, 6]
+    assert [s for s, p in fired if p == sparse] == [1, 3, 5, 6]
+    # one cost row per checkpoint: both entries' seconds summed under the probe's name
+    cost = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "perf/probe_seconds/level0" in r]
+    assert [r["step"] for r in cost] == [1, 2, 3, 4, 5, 6]
+    for r in cost:
+        want = sum(x["seconds"] for x in rows if x["step"] == r["step"])
+        assert r["perf/probe_seconds/level0"] == pytest.approx(want, abs=1e-3)
+        assert r["tokens_seen"] == r["step"] * 4 * 32
+    # a restart catches up only what the cadence asks for
+    (tmp_path / "probes.jsonl").unlink()
+    callback = next(c for c in trainer.callbacks if isinstance(c, ProbeCallback))
+    missing = {
+        step_of(Path(path).name): indices for path, indices in callback._missing(tmp_path / "checkpoints")
+    }
+    assert missing == {1: [0, 1], 2: [0], 3: [0, 1], 4: [0], 5: [0, 1], 6: [0, 1]}

@@ -8,6 +8,7 @@ checkpoints are deleted afterwards."""
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -19,8 +20,9 @@ import pytest
 import torch
 import yaml
 
+from train.checkpointing import ScheduledCheckpoint
 from train.datamodule import ShardDataModule
-from train.model import ArchConfig, build_model
+from train.model import ArchConfig, build_model, count_parameters
 
 from ..conftest import SMALL, train_cmd, write_config
 
@@ -37,6 +39,12 @@ PEAK_RSS = (
 )
 
 
+def preset_model() -> torch.nn.Module:
+    """The preset's GPT-2 with the 8K vocabulary, on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        return build_model(ArchConfig(**yaml.safe_load(PRESET.read_text())["model"]["arch"]), 8192)
+
+
 @pytest.fixture(scope="module")
 def data_8k(tmp_path_factory) -> Path:
     """The small corpus with the preset's 8K vocabulary (the small fixture has 1.2K)."""
@@ -47,8 +55,9 @@ def data_8k(tmp_path_factory) -> Path:
     return prepare(write_config(root / "small8k.yaml", name="small8k", tokenizer=tokenizer), root / "data")
 
 
-def train_355m(data: Path, root: Path, name: str, compile: bool) -> tuple[Path, float]:
-    """One optimizer step of the preset on CPU, batch 1 at the full context; (run folder, peak RSS MB)."""
+def train_355m(data: Path, root: Path, name: str, compile: bool) -> tuple[Path, float, str]:
+    """One optimizer step of the preset on CPU, batch 1 at the full context; (run folder,
+    peak RSS MB, stderr)."""
     cmd = train_cmd(
         PRESET,
         *("--data.data_dir", str(data), "--data.batch_size", "1", "--data.val_tokens", "1024"),
@@ -60,21 +69,30 @@ def train_355m(data: Path, root: Path, name: str, compile: bool) -> tuple[Path, 
     proc = subprocess.run([sys.executable, "-c", PEAK_RSS, *cmd], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     kb = int(proc.stderr.rsplit("peak_rss_kb", 1)[1].split()[0])
-    return root / name, kb / 1024
+    return root / name, kb / 1024, proc.stderr
 
 
 @pytest.fixture(scope="module")
 def run_355m(data_8k, tmp_path_factory):
     """The eager run, shared by the step, export and probe tests; its checkpoints go at the end."""
-    run, rss = train_355m(data_8k, tmp_path_factory.mktemp("runs355"), "eager", compile=False)
-    yield run, rss
+    run, rss, stderr = train_355m(data_8k, tmp_path_factory.mktemp("runs355"), "eager", compile=False)
+    yield run, rss, stderr
     shutil.rmtree(run / "checkpoints")
 
 
-def assert_one_finite_step(run: Path, rss_mb: float) -> None:
-    """Loss finite; every AdamW first moment (0.1 x the clipped gradient) finite, and not all zero."""
+def assert_one_finite_step(run: Path, rss_mb: float, stderr: str) -> None:
+    """Loss finite; every AdamW first moment (0.1 x the clipped gradient) finite, and not all
+    zero; the checkpoint is a bf16 weights file and one full state, as the printed plan says."""
     print(f"\n{run.name}: peak RSS {rss_mb:,.0f} MB")
     assert rss_mb < MAX_RSS_MB
+    folder = run / "checkpoints"
+    weights, state = folder / "step0000001.safetensors", folder / "step0000001.ckpt"
+    n = count_parameters(preset_model())
+    assert abs(weights.stat().st_size - 2 * n) < 1e6 and abs(state.stat().st_size - 12 * n) < 1e7
+    assert os.readlink(folder / "last.ckpt") == state.name
+    print(f"{run.name}: weights file {weights.stat().st_size:,} B, full state {state.stat().st_size:,} B")
+    plan = ScheduledCheckpoint(folder, 1000, 512, "bfloat16", 10_000).disk_plan(preset_model(), 1)
+    assert plan in stderr
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["trainer"]["precision"] == "bf16-mixed" and config["model"]["arch"]["n_positions"] == SEQ
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -98,9 +116,9 @@ def test_355m_step_on_cpu_bf16(run_355m):
 @pytest.mark.slow
 @pytest.mark.compile  # make test-slow
 def test_355m_step_on_cpu_bf16_compiled(data_8k, tmp_path):
-    run, rss = train_355m(data_8k, tmp_path, "compiled", compile=True)
+    run, rss, stderr = train_355m(data_8k, tmp_path, "compiled", compile=True)
     try:
-        assert_one_finite_step(run, rss)
+        assert_one_finite_step(run, rss, stderr)
     finally:
         shutil.rmtree(run / "checkpoints")
 
