@@ -46,11 +46,7 @@ PRESET = ROOT / "configs" / "gpt2-355m.yaml"
 FSDP = ROOT / "configs" / "strategy" / "fsdp.yaml"
 # the default corpus, else one that needs no network (a GPU machine may have none)
 DATA_CONFIGS = (ROOT / "configs" / "data" / "default.yaml", ROOT / "configs" / "data" / "synthetic.yaml")
-PROBES = [
-    {"name": "level0", "trial": True},
-    {"name": "level1", "trial": True},
-    {"name": "mcqa", "trial": True},
-]
+PROBES = yaml.safe_load(PRESET.read_text(encoding="utf-8"))["probes"]  # the preset's own, cadences included
 SMOKE_PROBES = [
     {"name": "level0", "trial": True, "per_language": 2},
     {"name": "level1", "trial": True, "per_language": 2},

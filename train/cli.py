@@ -1,7 +1,7 @@
 """``bytecanary train``: LightningCLI over ByteLM and ShardDataModule.
 
 Configs compose (``--config a.yaml --config b.yaml``) from the sections ``model``,
-``data``, ``trainer``, ``run`` and ``probes`` (fired at every checkpoint);
+``data``, ``trainer``, ``run`` and ``probes`` (fired at checkpoints, each on its cadence);
 ``--print_config`` prints the resolved one. The run folder ``<run.root>/<run.name>/``
 gets config.yaml, checkpoints/, metrics.jsonl, probes.jsonl and wandb/
 (README, "Training").
@@ -82,7 +82,7 @@ class BytecanaryCLI(LightningCLI):
             "--probes",
             type=list[dict[str, Any]],
             default=[],
-            help="probes fired at every checkpoint, e.g. [{name: level0, trial: true}]",
+            help="probes fired at checkpoints, e.g. [{name: level0, trial: true, cadence: {every: 2}}]",
         )
         parser.link_arguments("model.arch.n_positions", "data.seq_len")
         parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
