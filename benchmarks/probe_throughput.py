@@ -100,11 +100,15 @@ def run_suite(model: str, data: str, config: str) -> dict:
     from probes.common import build_probes, prepare_probe
     from probes.runner import probe_specs
     from train.checkpointing import ScheduledCheckpoint
+    from train.cli import RunConfig
 
     doc = read_yaml(config)
-    run, steps = doc.get("run", {}), doc.get("trainer", {}).get("max_steps")
+    run = RunConfig(
+        **{k: v for k, v in doc.get("run", {}).items() if k in ("checkpoint_every", "log_spaced_until")}
+    )
+    steps = doc.get("trainer", {}).get("max_steps")
     schedule = ScheduledCheckpoint(
-        "/nonexistent", run.get("checkpoint_every", 1000), run.get("log_spaced_until", 512)
+        "/nonexistent", run.checkpoint_every, run.log_spaced_until
     ).scheduled_steps(steps)
     net, tokenizer = random_model(model, data)
     rows = []

@@ -42,6 +42,7 @@ from bytecanary.checkpoints import (
 )
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_dir, atomic_path, named, refuse_foreign_dir, warn
+from train.model import count_parameters
 
 
 class _KeepWriteError:
@@ -88,16 +89,13 @@ def log_spaced_steps(until: int | None) -> set[int]:
     return steps
 
 
-DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
-
-
 def checkpoint_bytes(model: torch.nn.Module, weights_dtype: str) -> tuple[int, int]:
     """Estimated bytes of (a weights file, a full training state) of ``model``, from its
     parameters (the tied embedding once): the weights file holds each in ``weights_dtype``;
     the full state holds fp32 master weights and AdamW's two fp32 moments, 12 bytes each.
     Headers and metadata add a few KB. Works on the meta device (nothing allocated)."""
-    n = sum(p.numel() for p in model.parameters())
-    return n * DTYPE_BYTES[weights_dtype], n * 12
+    n = count_parameters(model)
+    return n * getattr(torch, weights_dtype).itemsize, n * 12
 
 
 def human_bytes(n: float) -> str:
