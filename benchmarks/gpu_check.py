@@ -37,9 +37,9 @@ import lightning
 import torch
 import transformers
 import yaml
+from bytecanary.train.throughput import peak_flops
 
 from bytecanary.io import read_jsonl
-from train.throughput import peak_flops
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "configs" / "gpt2-355m.yaml"

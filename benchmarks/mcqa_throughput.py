@@ -65,9 +65,8 @@ def write_inputs(shape: str, data: str, items: int, folder: Path) -> tuple[Path,
 def run_ours(model_dir: str, items: str, batch: int) -> dict:
     """The mcqa probe, cloze only: per item its log-likelihoods, and the items' P and C."""
     import torch
+    from bytecanary.probes import get_probe
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from probes import get_probe
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

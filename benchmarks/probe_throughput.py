@@ -86,7 +86,7 @@ def random_model(model: str, data: str):
 
 def build(model: str, data: str, per_language: int, batch: int):
     """The random model, its tokenizer and the Level 0 samples."""
-    from probes import get_probe
+    from bytecanary.probes import get_probe
 
     net, tokenizer = random_model(model, data)
     probe = get_probe("level0", trial=True, per_language=per_language, batch_size=batch)
@@ -96,11 +96,12 @@ def build(model: str, data: str, per_language: int, batch: int):
 def run_suite(model: str, data: str, config: str) -> dict:
     """Seconds of one fire of each probe entry of ``config`` (best of two, after a warm-up
     fire), and how many of the config's planned checkpoints its cadence fires at."""
+    from bytecanary.probes.common import build_probes, prepare_probe
+    from bytecanary.probes.runner import probe_specs
+    from bytecanary.train.checkpointing import ScheduledCheckpoint
+    from bytecanary.train.cli import RunConfig
+
     from bytecanary.config import read_yaml
-    from probes.common import build_probes, prepare_probe
-    from probes.runner import probe_specs
-    from train.checkpointing import ScheduledCheckpoint
-    from train.cli import RunConfig
 
     doc = read_yaml(config)
     run = RunConfig(
@@ -149,8 +150,8 @@ def print_suite(result: dict, model: str, config: str) -> None:
 
 
 def run_side(side: str, model: str, data: str, per_language: int, batch: int) -> dict:
-    from probes.common import pad_id
-    from probes.engine import left_pad
+    from bytecanary.probes.common import pad_id
+    from bytecanary.probes.engine import left_pad
 
     net, tokenizer, probe, prep = build(model, data, per_language, batch)
     prompts = [list(s.prompt_ids) for s in prep.samples]

@@ -19,10 +19,9 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 import yaml
-
-from train.datamodule import ShardDataModule
-from train.model import ArchConfig, OptimConfig, lr_lambda, param_groups
-from train.module import ByteLM
+from bytecanary.train.datamodule import ShardDataModule
+from bytecanary.train.model import ArchConfig, OptimConfig, lr_lambda, param_groups
+from bytecanary.train.module import ByteLM
 
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense, per GPU
 

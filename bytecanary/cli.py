@@ -53,7 +53,7 @@ def train(args: list[str]) -> int:
     Args:
         args: LightningCLI's own arguments, passed on unchanged (``bytecanary train --help``)
     """
-    from train.cli import main as train_main
+    from bytecanary.train.cli import main as train_main
 
     return train_main(args)
 
@@ -66,7 +66,7 @@ def export(checkpoint: str, out_dir: str, *, force: bool = False) -> int:
         out_dir: output folder (safetensors + tokenizer)
         force: replace a non-empty OUT_DIR (a run folder is never replaced)
     """
-    from train.checkpointing import export as export_checkpoint
+    from bytecanary.train.checkpointing import export as export_checkpoint
 
     out = export_checkpoint(checkpoint, out_dir, force=force)
     print(f"exported {checkpoint} -> {out} (AutoModelForCausalLM / AutoTokenizer load it)")
@@ -114,8 +114,8 @@ def probe(
     """
     if not paths and not watch:
         raise BytecanaryError("probe: give at least one PATH or --watch DIR")
+    from bytecanary.probes.runner import probe_specs, run
     from bytecanary.report.summary import add_mcqa_series, summary
-    from probes.runner import probe_specs, run
 
     if threads is not None:
         import torch

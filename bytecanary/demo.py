@@ -52,9 +52,9 @@ def run_demo(
     out: str, minutes: float, config: str, data_config: str, data: str | None, steps: int | None
 ) -> int:
     """Prepare, train with probes, summarise. ``steps`` defaults to what fits ``minutes``."""
-    from train.cli import latest_checkpoint  # torch and Lightning: only once the corpus is chosen
-    from train.cli import main as train_main
-    from train.loggers import read_metrics
+    from bytecanary.train.cli import latest_checkpoint  # torch and Lightning: only once the corpus is chosen
+    from bytecanary.train.cli import main as train_main
+    from bytecanary.train.loggers import read_metrics
 
     data_config = corpus_config(data_config)
     data_dir = prepare(data_config, data)

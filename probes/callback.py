@@ -11,7 +11,7 @@ and rank 0 aggregates the shares: the metrics equal a single-process run. Result
 logged to every logger with ``tokens_seen`` (W&B plots them beside ``val/ppl``) and
 appended to ``probes.jsonl`` next to the checkpoints, with each probe's version and
 fingerprint. A probe fires at every checkpoint, or at those its ``cadence`` picks from
-the planned schedule (``probes.cadence``): every Nth, or log-spaced in tokens.
+the planned schedule (``bytecanary.probes.cadence``): every Nth, or log-spaced in tokens.
 
 Every probe is prepared (eval sets found, tasks loaded) before the first training step,
 so a misconfigured probe is one error line and nothing trains. At every (re)start the run's
@@ -30,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bytecanary.probes.common import build_probes, prepare_probe
+from bytecanary.probes.records import append_record, completed, make_record
+from bytecanary.probes.registry import Probe
 from lightning.pytorch.callbacks import Checkpoint
 from tqdm.auto import tqdm
 
@@ -37,9 +40,6 @@ from bytecanary import keys
 from bytecanary.checkpoints import load_gpt2, probe_checkpoints, step_of
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import warn
-from probes.common import build_probes, prepare_probe
-from probes.records import append_record, completed, make_record
-from probes.registry import Probe
 
 
 class ProbeCallback(Checkpoint):

@@ -1,6 +1,6 @@
 """What every probe shares: DDP sharding and merging, model and tokenizer lookups, eval-set
 files, and building probes from ``{name: ..., <parameters>, cadence: ...}`` specs
-(``cadence``, when the training callback fires the probe, is ``probes.cadence``'s).
+(``cadence``, when the training callback fires the probe, is ``bytecanary.probes.cadence``'s).
 
 Specs are checked against the probe's constructor signature (jsonargparse) before any
 probe is built, so a misspelt or mistyped parameter in a YAML is one line naming the
@@ -19,10 +19,10 @@ from typing import Any
 
 import jsonargparse
 import numpy as np
+from bytecanary.probes.cadence import parse_cadence
+from bytecanary.probes.registry import Probe, probe_class
 
 from bytecanary.errors import BytecanaryError
-from probes.cadence import parse_cadence
-from probes.registry import Probe, probe_class
 
 DEFAULT_DATA_DIR = Path("data/default")  # what `bytecanary prepare` writes for the default config
 

@@ -21,12 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from bytecanary import keys
-from bytecanary.bytecodec import ByteCodec
-from bytecanary.data.evalsets import load_level0
-from probes.registry import register_probe
-from probes.utf8_probe import (
+from bytecanary.probes.registry import register_probe
+from bytecanary.probes.utf8_probe import (
     BYTE_SPACE,
     Prepared,
     Utf8Probe,
@@ -37,6 +33,10 @@ from probes.utf8_probe import (
     prepared_for,
     trial_subset,
 )
+
+from bytecanary import keys
+from bytecanary.bytecodec import ByteCodec
+from bytecanary.data.evalsets import load_level0
 
 
 @register_probe("level0")

@@ -17,12 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bytecanary.probes.registry import register_probe
+from bytecanary.probes.utf8_probe import (
+    Prepared,
+    Utf8Probe,
+    Utf8Sample,
+    byte_prefix_sample,
+    prefix_ids,
+    prepared_for,
+)
 
 from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.data.evalsets import load_level1
-from probes.registry import register_probe
-from probes.utf8_probe import Prepared, Utf8Probe, Utf8Sample, byte_prefix_sample, prefix_ids, prepared_for
 
 
 @register_probe("level1")

@@ -13,8 +13,7 @@ import statistics
 from collections.abc import Callable
 
 import torch
-
-from probes.utf8_probe import Prepared, Utf8Sample, fit_context
+from bytecanary.probes.utf8_probe import Prepared, Utf8Sample, fit_context
 
 # lead byte -> (bytes needed, allowed range of the second byte)
 _SECOND = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}

@@ -17,8 +17,9 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
+from bytecanary.probes.cadence import Cadence
+
 from bytecanary.errors import BytecanaryError
-from probes.cadence import Cadence
 
 PROBES: dict[str, type[Probe]] = {}
 
@@ -89,7 +90,7 @@ def register_probe(name: str):
 
     def wrap(cls: type[Probe]) -> type[Probe]:
         if not issubclass(cls, Probe):
-            raise TypeError(f"{cls.__name__} must subclass probes.registry.Probe")
+            raise TypeError(f"{cls.__name__} must subclass bytecanary.probes.registry.Probe")
         if name in PROBES:
             raise ValueError(f"probe {name!r} is already registered by {PROBES[name].__name__}")
         cls.name = name
@@ -101,7 +102,7 @@ def register_probe(name: str):
 
 def probe_class(name: str) -> type[Probe]:
     """The probe registered as ``name``; unknown names suggest the nearest one."""
-    import probes  # noqa: F401  (importing the package registers every probe)
+    import bytecanary.probes  # noqa: F401  (importing the package registers every probe)
 
     if name not in PROBES:
         near = difflib.get_close_matches(name, PROBES, n=1)

@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bytecanary.probes.common import build_probes, prepare_probe, validate_specs
+from bytecanary.probes.records import append_record, completed, make_record
+from bytecanary.probes.registry import Probe
 from tqdm.auto import tqdm
 
 from bytecanary.checkpoints import (
@@ -40,9 +43,6 @@ from bytecanary.checkpoints import (
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import check_output, read_json, warn
-from probes.common import build_probes, prepare_probe, validate_specs
-from probes.records import append_record, completed, make_record
-from probes.registry import Probe
 
 # what a model folder holds when its tokenizer was saved beside it (save_pretrained)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model")

@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+from bytecanary.probes.common import context_size, eval_set_files, merge_shards, pad_id, shard_indices
+from bytecanary.probes.engine import Sampling, generate
+from bytecanary.probes.registry import Probe
 
 from bytecanary import utf8
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.data.evalsets import Level0Set
-from probes.common import context_size, eval_set_files, merge_shards, pad_id, shard_indices
-from probes.engine import Sampling, generate
-from probes.registry import Probe
 
 SPACE = "▁"
 PREFIXES = ("eos", "bos", "none", "byte_space")  # what stands before every prompt

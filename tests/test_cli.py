@@ -7,12 +7,12 @@ import types
 
 import pytest
 import yaml
+from bytecanary.probes.records import read_records
 
 from bytecanary import cli
 from bytecanary.cli import main
 from bytecanary.io import read_jsonl
 from bytecanary.report.summary import add_mcqa_series
-from probes.records import read_records
 
 from .conftest import MICRO, write_config
 
@@ -49,10 +49,10 @@ def test_unknown_flag_is_one_line_and_exit_2(capsys):
 def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
     """The runner is replaced (no model is loaded); every flag lands in its keyword."""
     calls = []
-    runner = types.ModuleType("probes.runner")
+    runner = types.ModuleType("bytecanary.probes.runner")
     runner.probe_specs = lambda config, names: {"config": config, "names": names}
     runner.run = lambda *args, **kwargs: calls.append((args, kwargs))
-    monkeypatch.setitem(sys.modules, "probes.runner", runner)
+    monkeypatch.setitem(sys.modules, "bytecanary.probes.runner", runner)
     out = tmp_path / "p.jsonl"
     args = ["probe", "org/model", "--probes", "level0, mcqa", "--trial", "--level1-set", "l1.json"]
     args += ["--out", str(out), "--no-wandb", "--revision", "step1,step2", "--device", "cpu"]
@@ -83,9 +83,9 @@ def test_probe_without_a_path_or_watch_is_one_line(capsys):
 
 def test_train_passes_its_arguments_to_lightning_cli_unchanged(monkeypatch):
     seen = []
-    train_cli = types.ModuleType("train.cli")
+    train_cli = types.ModuleType("bytecanary.train.cli")
     train_cli.main = lambda args: seen.append(args) or 0
-    monkeypatch.setitem(sys.modules, "train.cli", train_cli)
+    monkeypatch.setitem(sys.modules, "bytecanary.train.cli", train_cli)
     argv = ["--config", "configs/tiny.yaml", "--trainer.max_steps=3", "--help"]
     assert main(["train", *argv]) == 0
     assert seen == [argv]

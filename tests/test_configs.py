@@ -19,7 +19,7 @@ STRATEGIES = sorted((ROOT / "configs" / "strategy").glob("*.yaml"))
 
 def parse_only(args: list[str]):
     """The training CLI up to (not including) instantiating model, data and trainer."""
-    from train.cli import BytecanaryCLI, make_cli
+    from bytecanary.train.cli import BytecanaryCLI, make_cli
 
     class ParseOnly(BytecanaryCLI):
         def instantiate_classes(self) -> None:

@@ -4,6 +4,8 @@ bytecanary (core, data, report room) <- probes <- train; the face (``bytecanary/
 ``bytecanary/demo.py``) sees all three. ``train/`` reaches ``probes/`` only through the
 probe callback; the measurement core imports no torch and no probe; ``bytecanary/data``
 imports neither ``probes`` nor ``train``; only the face imports the report room and ``train``.
+The folders ``probes/`` and ``train/`` install as ``bytecanary.probes`` and
+``bytecanary.train`` (pyproject.toml), so no import may name them bare.
 """
 
 import ast
@@ -14,13 +16,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FACE = {"bytecanary/cli.py", "bytecanary/demo.py"}
 PACKAGES = ("bytecanary", "probes", "train")
+# the folder each package installs from (pyproject.toml's package-dir)
+MODULE_OF_FOLDER = {"bytecanary": "bytecanary", "probes": "bytecanary.probes", "train": "bytecanary.train"}
+PROBES, TRAIN = MODULE_OF_FOLDER["probes"], MODULE_OF_FOLDER["train"]
 CORE = {"bytecanary/utf8.py", "bytecanary/bytecodec.py", "bytecanary/stats.py", "bytecanary/keys.py"}
 
 
 def imports(path: Path, root: Path) -> set[str]:
     """Every module a file imports, as dotted names (relative imports resolved)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    package = path.relative_to(root).with_suffix("").parts[:-1]
+    folder, *inner = path.relative_to(root).with_suffix("").parts[:-1]
+    package = [*MODULE_OF_FOLDER[folder].split("."), *inner]
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -44,17 +50,19 @@ def violations(root: Path) -> list[str]:
         rel = path.relative_to(root).as_posix()
         for name in sorted(imports(path, root)):
             rule = None
-            if rel in FACE:
+            if rel in FACE and not (_under(name, "probes") or _under(name, "train")):
                 continue
-            if _under(name, "train") and not rel.startswith("train/"):
+            if _under(name, "probes") or _under(name, "train"):
+                rule = "probes/ and train/ install as bytecanary.probes and bytecanary.train"
+            elif _under(name, TRAIN) and not rel.startswith("train/"):
                 rule = "only the face imports train/"
             elif _under(name, "bytecanary.report") and not rel.startswith("bytecanary/report/"):
                 rule = "only the face imports the report room"
-            elif rel.startswith("bytecanary/") and _under(name, "probes"):
+            elif rel.startswith("bytecanary/") and _under(name, PROBES):
                 rule = "bytecanary/ never imports probes/"
-            elif rel.startswith("train/") and _under(name, "probes") and not _under(name, "probes.callback"):
+            elif rel.startswith("train/") and _under(name, PROBES) and not _under(name, f"{PROBES}.callback"):
                 rule = "train/ reaches probes/ only through probes.callback"
-            elif rel in CORE and (_under(name, "torch") or _under(name, "probes")):
+            elif rel in CORE and (_under(name, "torch") or _under(name, PROBES)):
                 rule = "the measurement core imports no torch and no probe"
             if rule:
                 bad.append(f"{rel} imports {name}: {rule}")
@@ -69,31 +77,36 @@ def test_a_forbidden_import_is_caught(tmp_path):
     """The checker itself: each arrow broken once in a scratch tree is reported."""
     broken = {
         "bytecanary/utf8.py": "import torch\n",
-        "bytecanary/data/corpus.py": "from probes import registry\n",
+        "bytecanary/data/corpus.py": "from bytecanary.probes import registry\n",
         "bytecanary/stats.py": "from bytecanary.report import analysis\n",
-        "probes/runner.py": "from train.cli import main\n",
-        "train/module.py": "from probes.registry import get_probe\n",
-        "train/cli.py": "from probes.callback import ProbeCallback\n",  # allowed
-        "bytecanary/cli.py": "from train.cli import main\nfrom bytecanary.report import summary\n",  # face
+        "probes/runner.py": "from bytecanary.train.cli import main\n",
+        "train/module.py": "from bytecanary.probes.registry import get_probe\n",
+        "train/cli.py": "from bytecanary.probes.callback import ProbeCallback\n",  # allowed
+        "train/loggers.py": "from probes.callback import ProbeCallback\n",  # the bare name
+        "bytecanary/cli.py": "from bytecanary.train.cli import main\nfrom bytecanary.report import summary\n",
+        "bytecanary/demo.py": "import train.cli\n",  # the face, but the bare name
         "probes/mcqa/probe.py": "from ..runner import run\n",  # allowed, relative
-        "bytecanary/data/prepare.py": "from ...probes import common\n",
+        "bytecanary/data/prepare.py": "from ..probes import common\n",
     }
     for rel, text in broken.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     found = violations(tmp_path)
     assert [line.split(":")[0] for line in found] == [
-        "bytecanary/data/corpus.py imports probes",
-        "bytecanary/data/corpus.py imports probes.registry",
-        "bytecanary/data/prepare.py imports probes",
-        "bytecanary/data/prepare.py imports probes.common",
+        "bytecanary/data/corpus.py imports bytecanary.probes",
+        "bytecanary/data/corpus.py imports bytecanary.probes.registry",
+        "bytecanary/data/prepare.py imports bytecanary.probes",
+        "bytecanary/data/prepare.py imports bytecanary.probes.common",
+        "bytecanary/demo.py imports train.cli",
         "bytecanary/stats.py imports bytecanary.report",
         "bytecanary/stats.py imports bytecanary.report.analysis",
         "bytecanary/utf8.py imports torch",
-        "probes/runner.py imports train.cli",
-        "probes/runner.py imports train.cli.main",
-        "train/module.py imports probes.registry",
-        "train/module.py imports probes.registry.get_probe",
+        "probes/runner.py imports bytecanary.train.cli",
+        "probes/runner.py imports bytecanary.train.cli.main",
+        "train/loggers.py imports probes.callback",
+        "train/loggers.py imports probes.callback.ProbeCallback",
+        "train/module.py imports bytecanary.probes.registry",
+        "train/module.py imports bytecanary.probes.registry.get_probe",
     ]
 
 

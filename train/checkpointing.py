@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bytecanary.train.model import count_parameters
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
@@ -42,7 +43,6 @@ from bytecanary.checkpoints import (
 )
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_dir, atomic_path, named, refuse_foreign_dir, warn
-from train.model import count_parameters
 
 
 class _KeepWriteError:

@@ -16,6 +16,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from bytecanary.probes.callback import ProbeCallback
+from bytecanary.train.checkpointing import (
+    AtomicCheckpointIO,
+    ScheduledCheckpoint,
+    keep_tokenizer,
+    latest_checkpoint,
+)
+from bytecanary.train.datamodule import ShardDataModule
+from bytecanary.train.loggers import JsonlLogger, TruncateMetricsOnStart, make_wandb_logger
+from bytecanary.train.model import ArchConfig, OptimConfig
+from bytecanary.train.module import ByteLM
+from bytecanary.train.throughput import PerfMonitor
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -23,13 +35,6 @@ from bytecanary.checkpoints import probe_checkpoints
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_path, check_output, remove_stale_temps
 from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis, finish_wandb
-from probes.callback import ProbeCallback
-from train.checkpointing import AtomicCheckpointIO, ScheduledCheckpoint, keep_tokenizer, latest_checkpoint
-from train.datamodule import ShardDataModule
-from train.loggers import JsonlLogger, TruncateMetricsOnStart, make_wandb_logger
-from train.model import ArchConfig, OptimConfig
-from train.module import ByteLM
-from train.throughput import PerfMonitor
 
 
 @dataclass

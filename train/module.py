@@ -19,9 +19,7 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.utilities import rank_zero_info
-
-from train.model import (
+from bytecanary.train.model import (
     ArchConfig,
     OptimConfig,
     build_model,
@@ -29,7 +27,8 @@ from train.model import (
     lr_lambda,
     param_groups,
 )
-from train.throughput import flops_per_token
+from bytecanary.train.throughput import flops_per_token
+from lightning.pytorch.utilities import rank_zero_info
 
 
 def _as(cls: type, value: Any) -> Any:

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from bytecanary.probes.mcqa import metrics, wrappers
+from bytecanary.probes.mcqa.views import View
 
 from bytecanary import keys, stats
-from probes.mcqa import metrics, wrappers
-from probes.mcqa.views import View
 
 MATCHED_DELTA_TOK = 0.05  # an item is token-matched when its wrappers' lengths differ by <= 5%
 

@@ -42,13 +42,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from bytecanary.probes.engine import Sampling, cut_at_stop, generate
+from bytecanary.probes.mcqa import dashed, wrappers
+from bytecanary.probes.mcqa.dashed import Matcher, extract
+from bytecanary.probes.mcqa.views import View
 
 from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
-from probes.engine import Sampling, cut_at_stop, generate
-from probes.mcqa import dashed, wrappers
-from probes.mcqa.dashed import Matcher, extract
-from probes.mcqa.views import View
 
 
 def generate_answers(

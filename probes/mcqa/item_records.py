@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bytecanary.probes.mcqa.views import View
 
 from bytecanary import keys
-from probes.mcqa.views import View
 
 
 def write_item_records(

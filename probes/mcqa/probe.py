@@ -33,21 +33,35 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bytecanary.probes.common import (
+    DEFAULT_DATA_DIR,
+    context_size,
+    evalsets_dir,
+    merge_shards,
+    pad_id,
+    shard_indices,
+)
+from bytecanary.probes.engine import Sampling
+from bytecanary.probes.mcqa.aggregate import mcqa_metrics
+from bytecanary.probes.mcqa.dashed import Matcher
+from bytecanary.probes.mcqa.generation import generate_answers, grade
+from bytecanary.probes.mcqa.item_records import write_item_records
+from bytecanary.probes.mcqa.prompts import labels
+from bytecanary.probes.mcqa.scoring import score_continuations
+from bytecanary.probes.mcqa.tasks import (
+    McqaItem,
+    TaskSource,
+    by_task,
+    load_task,
+    nonsense_items,
+    word_completion_items,
+)
+from bytecanary.probes.mcqa.views import View, build_views, view_tokens
+from bytecanary.probes.registry import Probe, register_probe
 
 from bytecanary.data import wordcomp
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.keys import GENERATED_PROTOCOLS, MCQA_PROTOCOLS, SCORED_PROTOCOLS
-from probes.common import DEFAULT_DATA_DIR, context_size, evalsets_dir, merge_shards, pad_id, shard_indices
-from probes.engine import Sampling
-from probes.mcqa.aggregate import mcqa_metrics
-from probes.mcqa.dashed import Matcher
-from probes.mcqa.generation import generate_answers, grade
-from probes.mcqa.item_records import write_item_records
-from probes.mcqa.prompts import labels
-from probes.mcqa.scoring import score_continuations
-from probes.mcqa.tasks import McqaItem, TaskSource, by_task, load_task, nonsense_items, word_completion_items
-from probes.mcqa.views import View, build_views, view_tokens
-from probes.registry import Probe, register_probe
 
 TRIAL_ITEMS = 256  # items per task with ``trial``
 TRIAL_GENERATIVE = 32  # items per task that generate with ``trial`` (default ``generative_per_task``)
@@ -95,7 +109,7 @@ class McqaProbe(Probe):
             permutations: also score every cyclic rotation of the options.
             max_new_tokens: generation length of the dashed and wrapper protocols.
             stop: end each generated answer at its protocol's stop strings (a newline for
-                the one-line wrappers, ...; see ``probes.mcqa.generation``); False: decode
+                the one-line wrappers, ...; see ``bytecanary.probes.mcqa.generation``); False: decode
                 to eos or ``max_new_tokens``, as version 3 did.
             seeds: 0: one greedy generation per prompt; n: n sampled runs (seeds 0..n-1)
                 at ``temperature`` / ``top_k``, treated as repeats.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from probes.mcqa.tasks import McqaItem
+from bytecanary.probes.mcqa.tasks import McqaItem
 
 LABEL_FORMATS = {"A.": "{label}. {text}", "(A)": "({label}) {text}", "1.": "{label}. {text}"}
 

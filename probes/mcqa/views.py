@@ -12,12 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bytecanary.probes.mcqa import wrappers
+from bytecanary.probes.mcqa.encoding import encode_pair, letter_merged, letter_separate
+from bytecanary.probes.mcqa.prompts import dashed, labels, render, rotate
+from bytecanary.probes.mcqa.tasks import McqaItem
+
 from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
-from probes.mcqa import wrappers
-from probes.mcqa.encoding import encode_pair, letter_merged, letter_separate
-from probes.mcqa.prompts import dashed, labels, render, rotate
-from probes.mcqa.tasks import McqaItem
 
 
 @dataclass(frozen=True)

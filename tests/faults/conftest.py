@@ -79,9 +79,9 @@ def micro_config(path: Path, data_dir: Path, root: Path, probes: list | None = N
 def no_progress_bars(monkeypatch):
     """In-process commands: no progress bar on stderr, which must hold only the error line
     (``TQDM_DISABLE`` is read when tqdm is imported)."""
-    import probes.runner
+    from bytecanary.probes import runner
 
-    monkeypatch.setattr(probes.runner, "tqdm", functools.partial(probes.runner.tqdm, disable=True))
+    monkeypatch.setattr(runner, "tqdm", functools.partial(runner.tqdm, disable=True))
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +99,7 @@ def trained_kept(tmp_path_factory, small_data) -> Path:
 
 
 def _train(tmp_path_factory, small_data, name: str, *args: str) -> Path:
-    from train.cli import main
+    from bytecanary.train.cli import main
 
     root = tmp_path_factory.mktemp("faults")
     config = micro_config(root / "micro.yaml", small_data, root / "runs")

@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from probes.registry import Probe, register_probe
+from bytecanary.probes.registry import Probe, register_probe
 
 
 @register_probe("sigkill")

@@ -9,13 +9,13 @@ import types
 
 import pytest
 import torch
+from bytecanary.probes import runner
+from bytecanary.probes.records import read_records
+from bytecanary.train.checkpointing import latest_checkpoint
 from safetensors.torch import load_file
 
-import probes.runner
 from bytecanary.checkpoints import checkpoint_meta, load_checkpoint, read_meta
 from bytecanary.cli import main
-from probes.records import read_records
-from train.checkpointing import latest_checkpoint
 
 from .conftest import bytecanary, copy_run, digests, micro_config, one_error
 
@@ -108,10 +108,10 @@ def test_watch_skips_a_corrupt_checkpoint_and_probes_it_when_whole(trained, tmp_
         shutil.copy(trained / "checkpoints" / "step0000008.safetensors", folder)
 
     clock = types.SimpleNamespace(sleep=sleep, perf_counter=time.perf_counter)  # the runner's only
-    monkeypatch.setattr(probes.runner, "time", clock)
+    monkeypatch.setattr(runner, "time", clock)
     out = tmp_path / "p.jsonl"
     specs = [{"name": "level0", "per_language": 2, "trial": True}]
-    assert probes.runner.run([], specs, str(out), watch_dir=str(folder), interval=0, device="cpu") == 0
+    assert runner.run([], specs, str(out), watch_dir=str(folder), interval=0, device="cpu") == 0
     (warning,) = capsys.readouterr().err.strip().splitlines()
     assert (
         warning.startswith("warning: ") and "step0000008.safetensors: not a loadable weights file" in warning

@@ -8,9 +8,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from bytecanary.probes.records import read_records
 
 from bytecanary.cli import main
-from probes.records import read_records
 
 from ..report.runs import make_run
 from .conftest import QUIET, ROOT, bytecanary, command, micro_config, one_error

@@ -3,10 +3,10 @@
 import math
 
 import pytest
+from bytecanary.probes import build_probes, validate_specs
+from bytecanary.probes.cadence import Cadence, parse_cadence
 
 from bytecanary.errors import BytecanaryError
-from probes import build_probes, validate_specs
-from probes.cadence import Cadence, parse_cadence
 
 # configs/tiny.yaml's schedule: log-spaced to 64, then every 100 to 1000
 TINY = [1, 2, 4, 8, 16, 32, 64, *range(100, 1001, 100)]

@@ -6,18 +6,18 @@ from pathlib import Path
 import lightning as L
 import pytest
 import yaml
+from bytecanary.probes import get_probe
+from bytecanary.probes.callback import ProbeCallback
+from bytecanary.probes.records import read_records
+from bytecanary.probes.registry import Probe
+from bytecanary.train.checkpointing import ScheduledCheckpoint
+from bytecanary.train.datamodule import ShardDataModule
+from bytecanary.train.loggers import JsonlLogger, read_metrics
+from bytecanary.train.model import ArchConfig
+from bytecanary.train.module import ByteLM
 
 from bytecanary.checkpoints import checkpoint_data_dir, load_gpt2, step_of, tokenizer_dir
 from bytecanary.errors import BytecanaryError
-from probes import get_probe
-from probes.callback import ProbeCallback
-from probes.records import read_records
-from probes.registry import Probe
-from train.checkpointing import ScheduledCheckpoint
-from train.datamodule import ShardDataModule
-from train.loggers import JsonlLogger, read_metrics
-from train.model import ArchConfig
-from train.module import ByteLM
 
 from ..conftest import DDP_2_CPU, run_train
 
@@ -144,7 +144,7 @@ def test_token_schedule_fires_between_checkpoints(tmp_path, small_data):
 def test_fires_probe_the_weights_file_in_one_reused_model(tmp_path, small_data, monkeypatch):
     """The callback's numbers are those of the weights file just written (what ``bytecanary
     probe`` reads later), loaded into one probe model that every fire reuses."""
-    from probes.runner import Loaded, Target, probe_one
+    from bytecanary.probes.runner import Loaded, Target, probe_one
 
     models = []
     real = ProbeCallback._load

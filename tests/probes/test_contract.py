@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
+from bytecanary.probes import PROBES, build_probes
 
 from bytecanary import keys
-from probes import PROBES, build_probes
 
 # small settings per probe, to keep the battery fast; a new probe runs with its defaults
 SMALL = {

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 import torch
+from bytecanary.probes.engine import Sampling, StopStrings, cut_at_stop, generate
 from transformers.cache_utils import Cache
 
 from bytecanary.bytecodec import ByteCodec
-from probes.engine import Sampling, StopStrings, cut_at_stop, generate
 
 from .conftest import generate_alone
 

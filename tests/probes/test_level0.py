@@ -4,9 +4,9 @@ published mixed-language files, trial subsets, key layout, eval sets checked up 
 import json
 
 import pytest
+from bytecanary.probes import get_probe
 
 from bytecanary.errors import BytecanaryError
-from probes import get_probe
 
 
 def test_prompts_are_eos_space_then_byte_tokens(byte_fallback_tokenizer, eval_dir):

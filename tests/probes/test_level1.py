@@ -1,6 +1,6 @@
 """Level 1: the sentence before the target character, then its first bytes; Term Match."""
 
-from probes import get_probe
+from bytecanary.probes import get_probe
 
 
 def test_prompt_is_the_context_then_the_first_bytes(byte_fallback_tokenizer, eval_dir):

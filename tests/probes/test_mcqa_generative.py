@@ -7,14 +7,14 @@ import re
 
 import numpy as np
 import pytest
+from bytecanary.probes import get_probe
+from bytecanary.probes.mcqa import wrappers
+from bytecanary.probes.mcqa.dashed import Matcher, extract, tfidf_similarities
+from bytecanary.probes.mcqa.generation import stop_strings
+from bytecanary.probes.mcqa.prompts import content, dashed
+from bytecanary.probes.mcqa.tasks import McqaItem
 
 from bytecanary.keys import GENERATED_PROTOCOLS, WRAPPER_FAMILIES
-from probes import get_probe
-from probes.mcqa import wrappers
-from probes.mcqa.dashed import Matcher, extract, tfidf_similarities
-from probes.mcqa.generation import stop_strings
-from probes.mcqa.prompts import content, dashed
-from probes.mcqa.tasks import McqaItem
 
 from .conftest import generate_alone
 
@@ -236,8 +236,8 @@ def test_sampled_generation_is_the_same_sharded(wide_model, byte_fallback_tokeni
 
 
 def test_token_matched_subset_and_wins():
-    from probes.mcqa.aggregate import wrapper_indices, wrapper_wins
-    from probes.mcqa.views import View
+    from bytecanary.probes.mcqa.aggregate import wrapper_indices, wrapper_wins
+    from bytecanary.probes.mcqa.views import View
 
     rng = np.random.default_rng(5)
     n, fams = 30, [f"wrapper_{f}" for f in WRAPPER_FAMILIES]

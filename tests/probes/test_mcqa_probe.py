@@ -5,10 +5,10 @@ import json
 import numpy as np
 import pytest
 import torch
+from bytecanary.probes import get_probe
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from bytecanary import stats
-from probes import get_probe
 
 ITEMS = [
     {"question": "2+2?", "choices": ["3", "4", "5", "6"], "answer": 1},

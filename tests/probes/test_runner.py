@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from bytecanary.probes import level1
+from bytecanary.probes.records import read_records
+from bytecanary.probes.runner import resolve, run, watch
+from bytecanary.train.checkpointing import export
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from bytecanary.cli import main
-from probes import level1
-from probes.records import read_records
-from probes.runner import resolve, run, watch
-from train.checkpointing import export
 
 from ..conftest import MICRO, run_train
 from .conftest import LEVEL0

@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import pytest
-
-from probes.records import read_records
+from bytecanary.probes.records import read_records
 
 
 @pytest.fixture

@@ -4,13 +4,13 @@ per-sample records, and Level 0 / Level 1 as siblings."""
 import json
 
 import pytest
+from bytecanary.probes import get_probe
+from bytecanary.probes.level0 import Level0Probe
+from bytecanary.probes.level1 import Level1Probe
+from bytecanary.probes.reference import reference_metrics
+from bytecanary.probes.utf8_probe import Utf8Probe
 
 from bytecanary import keys
-from probes import get_probe
-from probes.level0 import Level0Probe
-from probes.level1 import Level1Probe
-from probes.reference import reference_metrics
-from probes.utf8_probe import Utf8Probe
 
 
 @pytest.mark.parametrize("level", [0, 1])

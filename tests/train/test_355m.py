@@ -19,10 +19,9 @@ import numpy as np
 import pytest
 import torch
 import yaml
-
-from train.checkpointing import ScheduledCheckpoint
-from train.datamodule import ShardDataModule
-from train.model import ArchConfig, build_model, count_parameters
+from bytecanary.train.checkpointing import ScheduledCheckpoint
+from bytecanary.train.datamodule import ShardDataModule
+from bytecanary.train.model import ArchConfig, build_model, count_parameters
 
 from ..conftest import SMALL, train_cmd, write_config
 

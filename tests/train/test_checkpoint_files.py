@@ -11,6 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from bytecanary.probes.records import read_records
+from bytecanary.train.checkpointing import (
+    ScheduledCheckpoint,
+    checkpoint_bytes,
+    export,
+    human_bytes,
+    latest_checkpoint,
+)
+from bytecanary.train.model import ArchConfig, build_model, count_parameters
 from safetensors import safe_open
 
 from bytecanary.checkpoints import (
@@ -21,9 +30,6 @@ from bytecanary.checkpoints import (
     training_states,
 )
 from bytecanary.cli import main
-from probes.records import read_records
-from train.checkpointing import ScheduledCheckpoint, checkpoint_bytes, export, human_bytes, latest_checkpoint
-from train.model import ArchConfig, build_model, count_parameters
 
 from ..conftest import MICRO, run_train
 

@@ -8,11 +8,11 @@ import time
 import numpy as np
 import pytest
 import torch
+from bytecanary.train.datamodule import ShardBatches
+from bytecanary.train.loggers import read_metrics
 from safetensors.torch import load_file
 
 from bytecanary.checkpoints import load_checkpoint
-from train.datamodule import ShardBatches
-from train.loggers import read_metrics
 
 from ..conftest import DDP_2_CPU, run_train, train_cmd
 

@@ -5,14 +5,13 @@ import json
 
 import pytest
 import torch
+from bytecanary.train import throughput as train_throughput
+from bytecanary.train.loggers import read_metrics
+from bytecanary.train.model import ArchConfig, build_model
+from bytecanary.train.throughput import dense_peak_flops, flops_per_token, perf_metrics
 from lightning.fabric.utilities.throughput import Throughput
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
-
-import train.throughput
-from train.loggers import read_metrics
-from train.model import ArchConfig, build_model
-from train.throughput import dense_peak_flops, flops_per_token, perf_metrics
 
 from ..conftest import run_train, wandb_records
 
@@ -81,9 +80,9 @@ def test_run_logs_throughput_on_the_tokens_seen_axis_and_no_mfu_on_cpu(micro, tm
 @pytest.mark.slow
 def test_mfu_is_logged_where_the_peak_is_known(micro, small_data, tmp_path, monkeypatch):
     """With a (pretend) peak for this device, perf/mfu = tokens/s x FLOPs per token / peak."""
-    from train.cli import main
+    from bytecanary.train.cli import main
 
-    monkeypatch.setattr(train.throughput, "dense_peak_flops", lambda device, dtype: 1e9)
+    monkeypatch.setattr(train_throughput, "dense_peak_flops", lambda device, dtype: 1e9)
     main(["--config", str(micro), "--run.name", "m", "--trainer.max_steps", "6"])
     rows = [r for r in read_metrics(tmp_path / "runs" / "m" / "metrics.jsonl") if "perf/mfu" in r]
     vocab = json.loads((small_data / "shards" / "index.json").read_text())["vocab_size"]

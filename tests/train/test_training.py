@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from bytecanary.train.checkpointing import export, log_spaced_steps
+from bytecanary.train.loggers import read_metrics
+from bytecanary.train.model import ArchConfig, build_model, count_parameters
 
 from bytecanary.checkpoints import load_checkpoint, read_meta
 from bytecanary.errors import BytecanaryError
-from train.checkpointing import export, log_spaced_steps
-from train.loggers import read_metrics
-from train.model import ArchConfig, build_model, count_parameters
 
 from ..conftest import run_train, train_cmd, wandb_records
 
