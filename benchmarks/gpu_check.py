@@ -37,9 +37,10 @@ import lightning
 import torch
 import transformers
 import yaml
-from bytecanary.train.throughput import peak_flops
 
+from bytecanary import keys
 from bytecanary.io import read_jsonl
+from bytecanary.train.throughput import peak_flops
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "configs" / "gpt2-355m.yaml"
@@ -50,7 +51,13 @@ PROBES = yaml.safe_load(PRESET.read_text(encoding="utf-8"))["probes"]  # the pre
 SMOKE_PROBES = [
     {"name": "level0", "trial": True, "per_language": 2},
     {"name": "level1", "trial": True, "per_language": 2},
-    {"name": "mcqa", "embedded_per_language": 2, "nonsense_per_language": 2, "generative_per_task": 1},
+    {
+        "name": "mcqa",
+        "trial": True,
+        "embedded_per_language": 2,
+        "nonsense_per_language": 2,
+        "generative_per_task": 1,
+    },
 ]
 SMOKE_DATA = {
     "name": "smoke",
@@ -172,11 +179,11 @@ def train_args(plan: Plan, data: Path, run: Path, steps: int, every: int, *confi
 
 def perf_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians of ``perf/*`` over log windows, with the steps they end at."""
-    perf = [r for r in rows if "perf/tokens_per_s" in r]
-    out: dict[str, Any] = {"windows_ending_at_steps": [r["step"] for r in perf]}
-    for key in ("tokens_per_s", "samples_per_s", "mfu"):
-        values = [r[f"perf/{key}"] for r in perf if f"perf/{key}" in r]
-        out[key] = statistics.median(values) if values else None
+    perf = [r for r in rows if keys.perf("tokens_per_s") in r]
+    out: dict[str, Any] = {"windows_ending_at_steps": [r[keys.STEP] for r in perf]}
+    for name in ("tokens_per_s", "samples_per_s", "mfu"):
+        values = [r[keys.perf(name)] for r in perf if keys.perf(name) in r]
+        out[name] = statistics.median(values) if values else None
     return out
 
 
@@ -188,19 +195,20 @@ def run_with_probes(plan: Plan, data: Path, work: Path) -> dict[str, Any]:
     run, first = work / "run", plan.steps // 2
     seconds = bytecanary(*train_args(plan, data, run, plan.steps, first, probes))
     rows = read_jsonl(run / "metrics.jsonl")
-    warm = [r for r in rows if 3 * plan.log_every <= r["step"] <= first]
-    firing = [r for r in rows if first < r["step"] <= first + plan.log_every]
+    warm = [r for r in rows if 3 * plan.log_every <= r[keys.STEP] <= first]
+    firing = [r for r in rows if first < r[keys.STEP] <= first + plan.log_every]
     probe_seconds: dict[str, list[float]] = {}
     records = read_jsonl(run / "probes.jsonl")
     for record in records:
         probe_seconds.setdefault(ok(record)["probe"], []).append(record["seconds"])
-    train = [r for r in rows if "train/loss" in r]
-    val = [r for r in rows if "val/ppl" in r]
+    loss, ppl = keys.train("loss"), keys.val_ppl()
+    train = [r for r in rows if loss in r]
+    val = [r for r in rows if ppl in r]
     return {
         "seconds": seconds,
-        "tokens_seen": train[-1]["tokens_seen"],
-        "train_loss": [train[0]["train/loss"], train[-1]["train/loss"]],
-        "val_ppl": val[-1]["val/ppl"] if val else None,
+        "tokens_seen": train[-1][keys.TOKENS_SEEN],
+        "train_loss": [train[0][loss], train[-1][loss]],
+        "val_ppl": val[-1][ppl] if val else None,
         "warm": perf_summary(warm),
         "with_checkpoint_and_probes": perf_summary(firing),
         "probe_seconds": probe_seconds,
@@ -238,7 +246,7 @@ def fsdp_run(plan: Plan, data: Path, work: Path) -> dict[str, Any]:
     seconds = bytecanary(*train_args(plan, data, work / "fsdp", steps, steps, FSDP))
     rows = read_jsonl(work / "fsdp" / "metrics.jsonl")
     export_s = bytecanary("export", str(work / "fsdp" / "checkpoints" / "last.ckpt"), str(work / "fsdp_hf"))
-    warm = [r for r in rows if r["step"] >= 2 * plan.log_every]
+    warm = [r for r in rows if r[keys.STEP] >= 2 * plan.log_every]
     return {"seconds": seconds, "warm": perf_summary(warm), "export_seconds": export_s}
 
 

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bytecanary.probes.registry import NO_CONTEXT
+
 TASK = "bytecanary_cloze"
 LANGUAGES = ("en", "ja", "ko", "zh")
 
@@ -65,8 +67,9 @@ def write_inputs(shape: str, data: str, items: int, folder: Path) -> tuple[Path,
 def run_ours(model_dir: str, items: str, batch: int) -> dict:
     """The mcqa probe, cloze only: per item its log-likelihoods, and the items' P and C."""
     import torch
-    from bytecanary.probes import get_probe
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bytecanary.probes import get_probe
 
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -92,7 +95,7 @@ def run_ours(model_dir: str, items: str, batch: int) -> dict:
     with torch.no_grad():
         start = time.perf_counter()
         views = probe.prepare(tokenizer, None)
-        probe.aggregate(views, [probe.compute(model, tokenizer, views)])
+        probe.aggregate(views, [probe.compute(model, tokenizer, views)], NO_CONTEXT)
         seconds = time.perf_counter() - start
     lls = {r["item_id"]: r["ll"] for r in map(json.loads, records.read_text(encoding="utf-8").splitlines())}
     prompts = [len(v.encodings["cloze"][0]) for v in views]

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import torch
 
+from bytecanary.probes.registry import NO_CONTEXT
+
 SHAPES = {  # GPT-2 medium's shape with the 8K vocabulary (configs/gpt2-355m.yaml), and the tiny one
     "medium": {"n_layer": 24, "n_head": 16, "n_embd": 1024, "n_positions": 1024},
     "tiny": {"n_layer": 4, "n_head": 4, "n_embd": 256, "n_positions": 256},
@@ -96,12 +98,12 @@ def build(model: str, data: str, per_language: int, batch: int):
 def run_suite(model: str, data: str, config: str) -> dict:
     """Seconds of one fire of each probe entry of ``config`` (best of two, after a warm-up
     fire), and how many of the config's planned checkpoints its cadence fires at."""
-    from bytecanary.probes.common import build_probes, prepare_probe
+    from bytecanary.config import read_yaml
+    from bytecanary.probes.common import build_probes
+    from bytecanary.probes.pipeline import Pipeline
     from bytecanary.probes.runner import probe_specs
     from bytecanary.train.checkpointing import ScheduledCheckpoint
     from bytecanary.train.cli import RunConfig
-
-    from bytecanary.config import read_yaml
 
     doc = read_yaml(config)
     run = RunConfig(
@@ -113,13 +115,15 @@ def run_suite(model: str, data: str, config: str) -> dict:
     ).scheduled_steps(steps)
     net, tokenizer = random_model(model, data)
     rows = []
-    for probe in build_probes(probe_specs(config, None), config):
-        prepared, _ = prepare_probe(probe, tokenizer, Path(data), config)
+    probes = build_probes(probe_specs(config, None), config)
+    pipeline = Pipeline(probes, os.devnull, source=config)
+    for index, probe in enumerate(probes):
+        prepared, _ = pipeline.prepare(index, tokenizer, Path(data))
         times = []
         with torch.inference_mode():
             for _ in range(3):
                 start = time.perf_counter()
-                probe.aggregate(prepared, [probe.compute(net, tokenizer, prepared)])
+                probe.aggregate(prepared, [probe.compute(net, tokenizer, prepared)], NO_CONTEXT)
                 times.append(time.perf_counter() - start)
         fires = len(schedule) if probe.cadence.always else len(probe.cadence.steps(schedule))
         protocols = [
@@ -155,7 +159,7 @@ def run_side(side: str, model: str, data: str, per_language: int, batch: int) ->
 
     net, tokenizer, probe, prep = build(model, data, per_language, batch)
     prompts = [list(s.prompt_ids) for s in prep.samples]
-    max_new = probe.cfg.max_new_tokens
+    max_new = probe.config.max_new_tokens
 
     def generate_baseline(rows: list[list[int]]) -> list[list[int]]:
         out = []
@@ -175,7 +179,7 @@ def run_side(side: str, model: str, data: str, per_language: int, batch: int) ->
 
     def ours(prepared) -> list[list[int]]:
         r = probe.compute(net, tokenizer, prepared)
-        probe.aggregate(prepared, [r])
+        probe.aggregate(prepared, [r], NO_CONTEXT)
         return [row[:n].tolist() for row, n in zip(r["tokens"], r["lengths"], strict=True)]
 
     with torch.inference_mode():
@@ -227,24 +231,17 @@ def main() -> None:
         )
         print_suite(result, args.model, args.suite)
         return
+    compare(args)
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Both sides in their own processes, alternating, best of ``--repeat``; printed side by side."""
     load_before, peak_before = os.getloadavg()[0], matmul_flops()
     runs: dict[str, list[dict]] = {"generate": [], "ours": []}
     for _ in range(args.repeat):
         for side in runs:
-            cmd = [
-                sys.executable,
-                __file__,
-                "--side",
-                side,
-                "--model",
-                args.model,
-                "--data",
-                args.data,
-                "--per-language",
-                str(args.per_language),
-                "--batch",
-                str(args.batch),
-            ]
+            cmd = [sys.executable, __file__, "--side", side, "--model", args.model, "--data", args.data]
+            cmd += ["--per-language", str(args.per_language), "--batch", str(args.batch)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             runs[side].append(json.loads(out.strip().splitlines()[-1]))
     peak = max(peak_before, matmul_flops())

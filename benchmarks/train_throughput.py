@@ -19,6 +19,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 import yaml
+
 from bytecanary.train.datamodule import ShardDataModule
 from bytecanary.train.model import ArchConfig, OptimConfig, lr_lambda, param_groups
 from bytecanary.train.module import ByteLM

@@ -8,8 +8,9 @@ A run's ``checkpoints/`` folder holds two kinds of file:
   path, ...) as JSON under the safetensors metadata key ``bytecanary``. These are what the
   probes, ``bytecanary probe`` and ``export`` read: loading one never runs pickle.
 - ``step{N:07d}.ckpt``, Lightning's **full training state** (fp32 weights, AdamW, loops,
-  RNG), for resuming. Runs written before weights files hold only these, one per step, and
-  are read as probe checkpoints too.
+  RNG), for resuming; ``last.ckpt`` links to the newest. One named as a file is probed and
+  exported too (its weights are the same), but a folder's probe checkpoints are its weights
+  files.
 
 Loading a ``.ckpt`` is ``weights_only=True`` (checkpoints may come from anyone); a missing,
 truncated, corrupt or foreign file becomes one error naming it. A checkpoint finds its
@@ -52,12 +53,8 @@ def training_states(folder: str | Path) -> list[Path]:
 
 
 def probe_checkpoints(folder: str | Path) -> list[Path]:
-    """``folder``'s checkpoints to probe, in step order: every weights file, and the full
-    state of a step that has none (runs from before weights files)."""
-    weights = _step_files(folder, WEIGHTS)
-    have = {step_of(f.name) for f in weights}
-    legacy = [f for f in training_states(folder) if step_of(f.name) not in have]
-    return sorted(weights + legacy, key=lambda f: (step_of(f.name), f.name))
+    """``folder``'s checkpoints to probe: its weights files (``step*.safetensors``) in step order."""
+    return _step_files(folder, WEIGHTS)
 
 
 def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
@@ -183,11 +180,11 @@ def load_gpt2(path: str | Path, into: Any = None) -> tuple[dict[str, Any], Any]:
 
 
 def tokenizer_dir(meta: dict[str, Any], path: str | Path) -> Path:
-    """The checkpoint's tokenizer folder, checked to exist. A relative path is the run's copy,
-    relative to the checkpoint's folder (``../tokenizer``); checkpoints from before runs kept
-    a copy stored it relative to the working directory; last, the data folder's own."""
+    """The checkpoint's tokenizer folder, checked to exist: the stored path, which is
+    absolute or (the run's copy) relative to the checkpoint's folder (``../tokenizer``), so a
+    run folder can move; else the data folder's own (a weights file copied out of its run)."""
     stored = Path(meta.get("tokenizer_path") or "")
-    candidates = [stored] if stored.is_absolute() else [Path(path).parent / stored, stored]
+    candidates = [stored if stored.is_absolute() else Path(path).parent / stored]
     if meta.get("data_dir"):
         candidates.append(Path(meta["data_dir"]) / "tokenizer")
     for tok in candidates:
@@ -196,7 +193,7 @@ def tokenizer_dir(meta: dict[str, Any], path: str | Path) -> Path:
     raise BytecanaryError(f"{path}: its tokenizer folder {stored} is missing")
 
 
-def checkpoint_data_dir(meta: dict[str, Any], path: str | Path) -> Path:
-    """The data folder the checkpoint was trained on (its eval sets): recorded in the
-    checkpoint, or, in older ones, the folder that held the tokenizer."""
-    return Path(meta["data_dir"]) if meta.get("data_dir") else tokenizer_dir(meta, path).parent
+def checkpoint_data_dir(meta: dict[str, Any]) -> Path | None:
+    """The data folder the checkpoint was trained on (its eval sets), as it records it; None
+    for a model trained without a data module (the probes then read ``data/default``)."""
+    return Path(meta["data_dir"]) if meta.get("data_dir") else None

@@ -12,13 +12,16 @@ is the face of the project: the only code that imports ``train`` and the report 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import os
 import sys
 import typing
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from docstring_parser import parse as parse_docstring
 from jsonargparse import ArgumentError, ArgumentParser
@@ -73,20 +76,61 @@ def export(checkpoint: str, out_dir: str, *, force: bool = False) -> int:
     return 0
 
 
+@dataclass
+class ProbeChoice:
+    """Which probes run, with which parameters.
+
+    Attributes:
+        probes: comma-separated names (unset: level0,level1, or every probe of --config)
+        config: YAML with a probes: list of {name, parameters}, e.g. the run's configs/tiny.yaml
+        trial: trial sets (M per language) instead of full
+        level0_set: Level 0 eval-set file (unset: the checkpoint's data)
+        level1_set: Level 1 eval-set file (unset: the checkpoint's data)
+    """
+
+    probes: str | None = None
+    config: str | None = None
+    trial: bool = False
+    level0_set: str | None = None
+    level1_set: str | None = None
+
+
+@dataclass
+class ProbeOutput:
+    """Where the results go.
+
+    Attributes:
+        out: records file
+        wandb_project: W&B project (offline without a key)
+        no_wandb: write the records file only
+    """
+
+    out: str = "probes.jsonl"
+    wandb_project: str = DEFAULT_PROJECT
+    no_wandb: bool = False
+
+
+@dataclass
+class ProbeSeries:
+    """Checkpoints beyond the PATHs.
+
+    Attributes:
+        watch: probe each new checkpoint in this folder until Ctrl-C
+        interval: seconds between looks with --watch
+        revision: with a model id: revisions to probe, e.g. step1000,step2000
+    """
+
+    watch: str | None = None
+    interval: float = 30.0
+    revision: str | None = None
+
+
 def probe(
     paths: list[str],
     *,
-    probes: str | None = None,
-    config: str | None = None,
-    trial: bool = False,
-    level0_set: str | None = None,
-    level1_set: str | None = None,
-    out: str = "probes.jsonl",
-    wandb_project: str = DEFAULT_PROJECT,
-    no_wandb: bool = False,
-    watch: str | None = None,
-    interval: float = 30.0,
-    revision: str | None = None,
+    choice: ProbeChoice,
+    output: ProbeOutput,
+    series: ProbeSeries,
     device: str | None = None,
     threads: int | None = None,
 ) -> int:
@@ -97,24 +141,16 @@ def probe(
 
     Args:
         paths: .safetensors/.ckpt checkpoints, HF model folders, (run) folders of checkpoints, or model ids
-        probes: comma-separated names (unset: level0,level1, or every probe of --config)
-        config: YAML with a probes: list of {name, parameters}, e.g. the run's configs/tiny.yaml
-        trial: trial sets (M per language) instead of full
-        level0_set: Level 0 eval-set file (unset: the checkpoint's data)
-        level1_set: Level 1 eval-set file (unset: the checkpoint's data)
-        out: records file
-        wandb_project: W&B project (offline without a key)
-        no_wandb: write the records file only
-        watch: probe each new checkpoint in this folder until Ctrl-C
-        interval: seconds between looks with --watch
-        revision: with a model id: revisions to probe, e.g. step1000,step2000
+        choice: which probes run
+        output: where the results go
+        series: checkpoints beyond the PATHs
         device: cpu, cuda, ... (unset: cuda when available)
         threads: torch CPU threads (unset: torch's default, which OMP_NUM_THREADS sets); give
             each of several jobs sharing a machine its share of the cores
     """
-    if not paths and not watch:
+    if not paths and not series.watch:
         raise BytecanaryError("probe: give at least one PATH or --watch DIR")
-    from bytecanary.probes.runner import probe_specs, run
+    from bytecanary.probes.runner import Job, probe_specs, run
     from bytecanary.report.summary import add_mcqa_series, summary
 
     if threads is not None:
@@ -123,22 +159,20 @@ def probe(
         if threads < 1:
             raise BytecanaryError(f"probe: --threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    names = [p.strip() for p in probes.split(",") if p.strip()] if probes else None
-    run(
-        paths,
-        probe_specs(config, names),
-        out=out,
-        trial=trial,
-        eval_sets={"level0": level0_set, "level1": level1_set},
-        wandb_project=None if no_wandb else wandb_project,
-        watch_dir=watch,
-        interval=interval,
-        revisions=[r for r in (revision or "").split(",") if r] or None,
+    names = [p.strip() for p in choice.probes.split(",") if p.strip()] if choice.probes else None
+    job = Job(
+        out=output.out,
+        trial=choice.trial,
+        eval_sets={"level0": choice.level0_set, "level1": choice.level1_set},
+        wandb_project=None if output.no_wandb else output.wandb_project,
+        watch_dir=series.watch,
+        interval=series.interval,
+        revisions=[r for r in (series.revision or "").split(",") if r] or None,
         device=device,
-        finish=add_mcqa_series,
     )
-    print(summary(Path(out)))
-    print(f"records: {Path(out)}")
+    run(paths, probe_specs(choice.config, names), job, finish=add_mcqa_series)
+    print(summary(Path(output.out)))
+    print(f"records: {Path(output.out)}")
     return 0
 
 
@@ -187,8 +221,30 @@ COMMANDS: dict[str, Callable[..., int]] = {
 }
 
 
+def _add_flag(parser: Any, name: str, hint: Any, default: Any, text: str) -> None:
+    """``--name-with-dashes``: a bare switch for a bool, required where there is no default."""
+    flag = f"--{name.replace('_', '-')}"
+    if hint is bool:
+        parser.add_argument(flag, dest=name, action="store_true", help=text)
+    elif default is inspect.Parameter.empty:
+        parser.add_argument(flag, dest=name, type=hint, required=True, help=text)
+    else:
+        parser.add_argument(flag, dest=name, type=hint, default=default, help=text)
+
+
+def _add_group(parser: ArgumentParser, cls: type) -> None:
+    """A dataclass parameter: one flag per field, under the class's docstring as a heading."""
+    doc = parse_docstring(cls.__doc__ or "")
+    helps = {p.arg_name: p.description for p in doc.params}
+    group = parser.add_argument_group((doc.short_description or "").rstrip("."))
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        _add_flag(group, f.name, hints[f.name], f.default, helps[f.name])
+
+
 def _command_parser(func: Callable[..., int]) -> ArgumentParser:
-    """A subcommand's parser: one argument per parameter of ``func``, its help from the docstring."""
+    """A subcommand's parser: one argument per parameter of ``func`` (one per field of a
+    dataclass parameter), its help from the docstrings."""
     doc = parse_docstring(func.__doc__ or "")
     helps = {p.arg_name: p.description for p in doc.params}
     description = "\n\n".join(d for d in (doc.short_description, doc.long_description) if d)
@@ -196,21 +252,30 @@ def _command_parser(func: Callable[..., int]) -> ArgumentParser:
     hints = typing.get_type_hints(func)
     for name, param in inspect.signature(func).parameters.items():
         hint, text = hints[name], helps[name]
-        if param.kind is not param.KEYWORD_ONLY:  # positional; a list takes any number
+        if dataclasses.is_dataclass(hint):
+            _add_group(parser, hint)
+        elif param.kind is not param.KEYWORD_ONLY:  # positional; a list takes any number
             if typing.get_origin(hint) is list:
                 item = typing.get_args(hint)[0]
                 parser.add_argument(name, type=item, nargs="*", default=[], metavar=name.upper(), help=text)
             else:
                 parser.add_argument(name, type=hint, metavar=name.upper(), help=text)
-            continue
-        flag = f"--{name.replace('_', '-')}"
-        if hint is bool:
-            parser.add_argument(flag, dest=name, action="store_true", help=text)
-        elif param.default is param.empty:
-            parser.add_argument(flag, dest=name, type=hint, required=True, help=text)
         else:
-            parser.add_argument(flag, dest=name, type=hint, default=param.default, help=text)
+            _add_flag(parser, name, hint, param.default, text)
     return parser
+
+
+def _arguments(func: Callable[..., int], values: dict[str, Any]) -> dict[str, Any]:
+    """``func``'s keyword arguments from the parsed flags: a dataclass parameter gathers its fields."""
+    hints = typing.get_type_hints(func)
+    kwargs = {}
+    for name in inspect.signature(func).parameters:
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = hint(**{f.name: values[f.name] for f in dataclasses.fields(hint)})
+        else:
+            kwargs[name] = values[name]
+    return kwargs
 
 
 def build_parser() -> ArgumentParser:
@@ -255,7 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ArgumentError as err:  # one line, like every other error
             print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
             return 2
-        command, kwargs = COMMANDS[args.command], args[args.command].as_dict()
+        command = COMMANDS[args.command]
+        kwargs = _arguments(command, args[args.command].as_dict())
     try:
         return command(**kwargs)
     except KeyboardInterrupt:

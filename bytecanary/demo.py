@@ -20,6 +20,7 @@ from bytecanary.config import load_config
 from bytecanary.data.config import DataConfig
 from bytecanary.data.corpus import source_name
 from bytecanary.data.debian import unpacked
+from bytecanary.data.languages import LANGUAGES
 from bytecanary.data.prepare import prepare
 from bytecanary.errors import BytecanaryError
 from bytecanary.report.summary import summary
@@ -77,9 +78,10 @@ def run_demo(
     val = [r for r in read_metrics(run_dir / "metrics.jsonl") if ppl in r]
     if val:
         first, last = val[0], val[-1]
-        langs = "  ".join(f"{k.split('/')[1]} {v:.0f}" for k, v in last.items() if k.count("/") == 2)
-        print(f"validation perplexity: {first[ppl]:.0f} at {first['tokens_seen']:,} tokens -> "
-              f"{last[ppl]:.0f} at {last['tokens_seen']:,} tokens ({langs})")  # fmt: skip
+        langs = "  ".join(f"{lang} {last[k]:.0f}" for lang in LANGUAGES if (k := keys.val_ppl(lang)) in last)
+        seen = keys.TOKENS_SEEN
+        print(f"validation perplexity: {first[ppl]:.0f} at {first[seen]:,} tokens -> "
+              f"{last[ppl]:.0f} at {last[seen]:,} tokens ({langs})")  # fmt: skip
     print()
     print(summary(run_dir / "probes.jsonl"))
     print()

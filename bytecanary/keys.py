@@ -1,11 +1,13 @@
 """The metric-key schema: every key bytecanary writes, and what each metric means.
 
-Probes build their keys with these functions; the report, its figures, the summary tables
-and the W&B setup read them back through the same functions, so a probe and the report
-can never disagree, and a rename happens here only. The key shapes are the user-facing
-contract (README, "Metric keys"):
+Training and the probes build their keys with these functions; the report, its figures,
+the summary tables and the W&B view (``bytecanary.tracking``) read them back through the
+same functions, so a writer and a reader can never disagree, and a rename happens here
+only. The key shapes are the user-facing contract:
 
-    val/ppl, val/<lang>/ppl                                   training
+    tokens_seen, step                                         the axes of every row
+    train/<metric>                                            loss, lr
+    val/loss, val/ppl, val/<lang>/ppl                         validation
     probe/level0/<lang>/<tier>[/<k>]/<metric>                 lang, tier may be "all"
     probe/level1/<lang>[/<k>]/<metric>                        lang may be "all"
     probe/mcqa/<task>/<protocol>/<metric>                     one protocol on one task
@@ -22,7 +24,6 @@ from typing import Literal
 
 TOKENS_SEEN = "tokens_seen"
 STEP = "step"
-PREFIXES = ("train", "val", "probe", "perf")  # every logged key starts with one of these
 
 # MCQA protocols: scored by likelihood, or by generation (the space-tokenization trap, Matched-and-Dashed,
 # Format Sensitivity Index arXiv:2607.09665)
@@ -43,7 +44,7 @@ WRAPPER_INDICES = ("fsi", "psi", "nfsi")  # per task, across the wrapper protoco
 # MCQA task groups that pool over languages; any other task (a benchmark) stands alone
 TASK_GROUPS = {"wordcomp": "word completion (embedded)", "nonsenseqa": "NonsenseQA"}
 
-Aggregation = Literal["mean", "rate", "exp_mean", "spread", "count", "test", "index", "ci"]
+Aggregation = Literal["mean", "rate", "exp_mean", "spread", "count", "test", "index", "ci", "last"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class Metric:
     higher_is_better: bool | None  # None: neither (a count, a p-value, a share)
     aggregation: Aggregation
     """How per-item values become the metric: mean of a score, rate of a yes/no, exp of
-    a mean NLL, max - min over views, a count, a test statistic, an index, a CI bound."""
+    a mean NLL, max - min over views, a count, a test statistic, an index, a CI bound, the
+    last value."""
     doc: str
 
 
@@ -154,8 +156,23 @@ def higher_is_better(key: str) -> bool | None:
 # ---- key builders ---------------------------------------------------------------------------
 
 
+def train(metric: str) -> str:
+    """``train/<metric>``: a training step's ``loss``, ``lr``."""
+    return f"train/{metric}"
+
+
+def val(metric: str, lang: str | None = None) -> str:
+    """``val/<metric>``, or ``val/<lang>/<metric>`` for one language (``all``: the former)."""
+    return f"val/{metric}" if lang in (None, "all") else f"val/{lang}/{metric}"
+
+
 def val_ppl(lang: str | None = None) -> str:
-    return "val/ppl" if lang in (None, "all") else f"val/{lang}/ppl"
+    return val("ppl", lang)
+
+
+def probe_root(probe: str) -> str:
+    """``probe/<probe>``: what every key of one probe starts with."""
+    return f"probe/{probe}"
 
 
 def level0(lang: str = "all", tier: str = "all", metric: str = "partial", k: str | None = None) -> str:
@@ -166,11 +183,6 @@ def level0(lang: str = "all", tier: str = "all", metric: str = "partial", k: str
 def level1(lang: str = "all", metric: str = "term_match", k: str | None = None) -> str:
     """``probe/level1/<lang>[/<k>]/<metric>``; "all" is the aggregate."""
     return f"probe/level1/{lang}/{k}/{metric}" if k else f"probe/level1/{lang}/{metric}"
-
-
-def utf8(probe: str, group: str, metric: str) -> str:
-    """A UTF-8 probe's key from its group path (``<lang>/<tier>[/<k>]`` or ``<lang>[/<k>]``)."""
-    return f"probe/{probe}/{group}/{metric}"
 
 
 def mcqa(task: str, protocol: str, metric: str) -> str:
@@ -192,10 +204,6 @@ def probe_seconds(probe: str) -> str:
 
 
 # ---- key readers ----------------------------------------------------------------------------
-
-
-def parts(key: str) -> list[str]:
-    return key.split("/")
 
 
 def probe_of(key: str) -> str | None:
@@ -237,83 +245,3 @@ def wrapper_cell(key: str) -> tuple[str, str] | None:
     if len(p) == 5 and p[:2] == ["probe", "mcqa"] and p[3].startswith(WRAPPER) and p[4] == "acc":
         return (p[2], p[3].removeprefix(WRAPPER)) if p[2] != "all" else None
     return None
-
-
-# ---- the headline: the scalars a W&B workspace charts ------------------------------------------
-# Everything else a probe measures goes to W&B as rows of one detail table per probe (and stays
-# in probes.jsonl); a workspace of thousands of auto-panels hides the few curves that carry the
-# papers' findings.
-
-HEADLINE_LEVEL0 = ("partial", "strict", "gold_win_rate")  # all and per language; partial per tier
-HEADLINE_MCQA_TASK = ("fsi", "fsi_lo", "fsi_hi", "psi", "psi_lo", "psi_hi")  # over tasks (``all``)
-HEADLINE_LIMIT = 150  # scalar keys per run, at most (the axes and ``perf/*`` included)
-
-
-def mcqa_group(group: str, protocol: str, metric: str) -> str:
-    """``probe/mcqa/<group>/<protocol>/<metric>``: the mean over a task group's tasks."""
-    return mcqa(group, protocol, metric)
-
-
-def is_headline(key: str) -> bool:
-    """Whether ``key`` is charted as a scalar (see ``headline_view`` for the derived ones)."""
-    p = key.split("/")
-    if p[0] in ("train", "perf") or key in (TOKENS_SEEN, STEP):
-        return True
-    if p[0] == "val":
-        return p[-1] in ("ppl", "loss")
-    if p[:2] == ["probe", "level0"] and len(p) == 5:
-        lang, tier, name = p[2], p[3], p[4]
-        return (tier == "all" and name in HEADLINE_LEVEL0) or (lang != "all" and name == "partial")
-    if p[:2] == ["probe", "level1"] and len(p) == 4:
-        return p[3] == "term_match"
-    if p[:2] == ["probe", "mcqa"]:
-        if len(p) == 4:
-            return p[2] == "all" and p[3] in HEADLINE_MCQA_TASK
-        if len(p) == 5 and p[4] == "acc":  # per group (derived), and per task for cloze
-            return p[2] in TASK_GROUPS or p[3] == CLOZE or task_group(p[2]) == p[2] != "all"
-        if len(p) == 5 and p[4] == "chance_gap":
-            return p[2] == "nonsenseqa"
-    return False
-
-
-def headline_view(metrics: dict[str, float]) -> dict[str, float]:
-    """The headline scalars of one logged dict: its headline keys, plus the MCQA means over
-    each task group (``probe/mcqa/wordcomp/cloze/acc`` over ``wordcomp_<lang>``), which
-    the probe itself does not write."""
-    out = {k: v for k, v in metrics.items() if is_headline(k)}
-    sums: dict[str, list[float]] = {}
-    for key, value in metrics.items():
-        p = key.split("/")
-        if len(p) == 5 and p[:2] == ["probe", "mcqa"] and p[4] in ("acc", "chance_gap"):
-            group = task_group(p[2])
-            if group in TASK_GROUPS:
-                sums.setdefault(mcqa_group(group, p[3], p[4]), []).append(value)
-    out.update({k: sum(v) / len(v) for k, v in sums.items() if is_headline(k)})
-    return out
-
-
-# ---- the detail grid: every other key as a table row ------------------------------------------
-
-DETAIL_COLUMNS = {
-    "level0": ("language", "tier", "k"),
-    "level1": ("language", "k"),
-    "mcqa": ("task", "protocol"),
-}
-
-
-def detail_columns(probe: str) -> tuple[str, ...]:
-    """The fields a probe's keys carry between ``probe/<name>/`` and the metric."""
-    return DETAIL_COLUMNS.get(probe, ("group",))
-
-
-def detail_fields(key: str) -> tuple[str, ...]:
-    """(fields..., metric) of a probe key, ``all`` where a key aggregates over a field:
-    ``probe/level0/ja/rare/k1/strict`` -> ("ja", "rare", "k1", "strict")."""
-    p = key.split("/")
-    probe, inner, name = p[1], p[2:-1], p[-1]
-    width = len(detail_columns(probe))
-    if probe not in DETAIL_COLUMNS:
-        return ("/".join(inner), name)
-    if probe == "mcqa" and len(inner) == 1:  # across protocols: probe/mcqa/<task>/<metric>
-        inner = [inner[0], "all"]
-    return (*inner, *(["all"] * (width - len(inner))), name)

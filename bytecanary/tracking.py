@@ -3,9 +3,11 @@
 finish that flushes the run.
 
 A probe writes hundreds of keys per checkpoint (language x tier x prefix length x metric).
-W&B draws one auto-panel per scalar key, so only the headline keys (``keys.is_headline``)
-are logged as scalars; the rest become rows of one growing ``wandb.Table`` per probe,
+W&B draws one auto-panel per scalar key, so only the headline keys (``is_headline``) are
+logged as scalars; the rest become rows of one growing ``wandb.Table`` per probe,
 ``detail/<probe>``, which W&B can filter and plot. ``probes.jsonl`` keeps every number.
+The keys themselves, and which way each metric is better, are ``bytecanary.keys``'s; what
+this module decides is only how they are shown.
 """
 
 from __future__ import annotations
@@ -18,8 +20,82 @@ from bytecanary import keys
 
 DEFAULT_PROJECT = "bytecanary"  # the W&B project of training, probe and report runs
 DETAIL = "detail/"  # + probe: the detail tables
-METRIC_PREFIXES = ("train/*", "val/*", "probe/*", "perf/*", f"{DETAIL}*")
+METRIC_PREFIXES = (keys.train("*"), keys.val("*"), keys.probe_root("*"), keys.perf("*"), f"{DETAIL}*")
 Detail = Literal["tables", "scalars"]
+
+# ---- the headline: the scalars a W&B workspace charts ------------------------------------------
+# Everything else a probe measures goes to W&B as rows of one detail table per probe (and stays
+# in probes.jsonl); a workspace of thousands of auto-panels hides the few curves that carry the
+# papers' findings.
+
+HEADLINE_LEVEL0 = ("partial", "strict", "gold_win_rate")  # all and per language; partial per tier
+HEADLINE_MCQA_TASK = ("fsi", "fsi_lo", "fsi_hi", "psi", "psi_lo", "psi_hi")  # over tasks (``all``)
+HEADLINE_LIMIT = 150  # scalar keys per run, at most (the axes and ``perf/*`` included)
+
+
+def is_headline(key: str) -> bool:
+    """Whether ``key`` is charted as a scalar (see ``headline_view`` for the derived ones)."""
+    p = key.split("/")
+    if p[0] in ("train", "perf") or key in (keys.TOKENS_SEEN, keys.STEP):
+        return True
+    if p[0] == "val":
+        return p[-1] in ("ppl", "loss")
+    if p[:2] == ["probe", "level0"] and len(p) == 5:
+        lang, tier, name = p[2], p[3], p[4]
+        return (tier == "all" and name in HEADLINE_LEVEL0) or (lang != "all" and name == "partial")
+    if p[:2] == ["probe", "level1"] and len(p) == 4:
+        return p[3] == "term_match"
+    if p[:2] == ["probe", "mcqa"]:
+        if len(p) == 4:
+            return p[2] == "all" and p[3] in HEADLINE_MCQA_TASK
+        if len(p) == 5 and p[4] == "acc":  # per group (derived), and per task for cloze
+            return p[2] in keys.TASK_GROUPS or p[3] == keys.CLOZE or keys.task_group(p[2]) == p[2] != "all"
+        if len(p) == 5 and p[4] == "chance_gap":
+            return p[2] == "nonsenseqa"
+    return False
+
+
+def headline_view(metrics: dict[str, float]) -> dict[str, float]:
+    """The headline scalars of one logged dict: its headline keys, plus the MCQA means over
+    each task group (``probe/mcqa/wordcomp/cloze/acc`` over ``wordcomp_<lang>``), which
+    the probe itself does not write."""
+    out = {k: v for k, v in metrics.items() if is_headline(k)}
+    sums: dict[str, list[float]] = {}
+    for key, value in metrics.items():
+        p = key.split("/")
+        if len(p) == 5 and p[:2] == ["probe", "mcqa"] and p[4] in ("acc", "chance_gap"):
+            group = keys.task_group(p[2])
+            if group in keys.TASK_GROUPS:
+                sums.setdefault(keys.mcqa(group, p[3], p[4]), []).append(value)
+    out.update({k: sum(v) / len(v) for k, v in sums.items() if is_headline(k)})
+    return out
+
+
+# ---- the detail grid: every other key as a table row ------------------------------------------
+
+DETAIL_COLUMNS = {
+    "level0": ("language", "tier", "k"),
+    "level1": ("language", "k"),
+    "mcqa": ("task", "protocol"),
+}
+
+
+def detail_columns(probe: str) -> tuple[str, ...]:
+    """The fields a probe's keys carry between ``probe/<name>/`` and the metric."""
+    return DETAIL_COLUMNS.get(probe, ("group",))
+
+
+def detail_fields(key: str) -> tuple[str, ...]:
+    """(fields..., metric) of a probe key, ``all`` where a key aggregates over a field:
+    ``probe/level0/ja/rare/k1/strict`` -> ("ja", "rare", "k1", "strict")."""
+    p = key.split("/")
+    probe, inner, name = p[1], p[2:-1], p[-1]
+    width = len(detail_columns(probe))
+    if probe not in DETAIL_COLUMNS:
+        return ("/".join(inner), name)
+    if probe == "mcqa" and len(inner) == 1:  # across protocols: probe/mcqa/<task>/<metric>
+        inner = [inner[0], "all"]
+    return (*inner, *(["all"] * (width - len(inner))), name)
 
 
 def wandb_mode() -> str:
@@ -60,7 +136,7 @@ class WandbView:
         """The dict to ``run.log`` for ``metrics`` (which carry ``tokens_seen``, maybe ``step``)."""
         axes = {k: metrics[k] for k in (keys.TOKENS_SEEN, keys.STEP) if metrics.get(k) is not None}
         values = {k: v for k, v in metrics.items() if k not in axes}
-        scalars = values if self.detail == "scalars" else keys.headline_view(values)
+        scalars = values if self.detail == "scalars" else headline_view(values)
         self._define(run, scalars)
         out: dict[str, Any] = {**scalars, **axes}
         if self.detail == "tables":
@@ -91,14 +167,14 @@ class WandbView:
             if probe not in self._tables:
                 columns = [
                     "checkpoint",
-                    "step",
-                    "tokens_seen",
-                    *keys.detail_columns(probe),
+                    keys.STEP,
+                    keys.TOKENS_SEEN,
+                    *detail_columns(probe),
                     "metric",
                     "value",
                 ]
                 self._tables[probe] = wandb.Table(columns=columns, log_mode="INCREMENTAL")
-            self._tables[probe].add_data(*head, *keys.detail_fields(key), value)
+            self._tables[probe].add_data(*head, *detail_fields(key), value)
             touched[f"{DETAIL}{probe}"] = self._tables[probe]
         return touched
 
@@ -118,7 +194,8 @@ class ViewedRun:
 
 
 def is_offline(run: Any) -> bool:
-    """Lightning's WandbLogger(offline=True) sets WANDB_MODE=dryrun, W&B's old name for offline."""
+    """Offline in either spelling: Lightning's WandbLogger(offline=True) sets WANDB_MODE=dryrun,
+    which W&B also reads as offline."""
     return run.settings.mode in ("offline", "dryrun")
 
 

@@ -18,9 +18,8 @@ a step count: tokens per step are fixed within a run, so "the first checkpoint a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -71,22 +70,3 @@ class Cadence:
         if self.log_base is not None:
             return f"log-spaced (base {self.log_base:g})"
         return "every checkpoint" if self.every == 1 else f"every {self.every} checkpoints"
-
-
-def parse_cadence(value: Any) -> Cadence:
-    """A ``cadence:`` value of a probe entry (a mapping, or None for the default); a bad one
-    raises ``ValueError`` naming the field."""
-    if value is None:
-        return Cadence()
-    if not isinstance(value, Mapping):
-        raise ValueError(
-            f"cadence: expected a mapping such as {{every: 4}} or {{log_base: 4}}, got {value!r}"
-        )
-    known = [f.name for f in fields(Cadence)]
-    unknown = [k for k in value if k not in known]
-    if unknown:
-        raise ValueError(f"cadence: unknown field {unknown[0]!r}; known: {', '.join(known)}")
-    try:
-        return Cadence(**value)
-    except ValueError as err:
-        raise ValueError(f"cadence: {err}") from None

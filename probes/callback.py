@@ -6,8 +6,9 @@ probes read that file into a probe model of their own (fp32, on the training dev
 once and reloaded in place), so ``probes.jsonl`` holds what ``bytecanary probe`` gives on the
 same file later, and FSDP-sharded or compiled training modules need nothing special. Fires
 between checkpoints (``every_tokens``) probe the live module, in eval mode under
-``no_grad``, restored after. Under DDP every rank probes its share of the samples,
-and rank 0 aggregates the shares: the metrics equal a single-process run. Results are
+``no_grad``, restored after. Every fire goes through ``Pipeline``, as ``bytecanary probe``
+does: under DDP every rank probes its share of the samples, and rank 0 aggregates the
+shares, so the metrics equal a single-process run. Results are
 logged to every logger with ``tokens_seen`` (W&B plots them beside ``val/ppl``) and
 appended to ``probes.jsonl`` next to the checkpoints, with each probe's version and
 fingerprint. A probe fires at every checkpoint, or at those its ``cadence`` picks from
@@ -23,23 +24,19 @@ on, unless ``strict``.
 
 from __future__ import annotations
 
-import time
-import traceback
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import torch
-from bytecanary.probes.common import build_probes, prepare_probe
-from bytecanary.probes.records import append_record, completed, make_record
-from bytecanary.probes.registry import Probe
 from lightning.pytorch.callbacks import Checkpoint
 from tqdm.auto import tqdm
 
 from bytecanary import keys
-from bytecanary.checkpoints import load_gpt2, probe_checkpoints, step_of
-from bytecanary.errors import BytecanaryError
 from bytecanary.io import warn
+from bytecanary.probes.common import build_probes
+from bytecanary.probes.pipeline import Pipeline
+from bytecanary.probes.registry import Probe
+from bytecanary.probes.targets import Loaded, Loader, Target, in_folder
+from bytecanary.records import Context, Record
 
 
 class ProbeCallback(Checkpoint):
@@ -61,29 +58,37 @@ class ProbeCallback(Checkpoint):
         """
         self.probes = build_probes(probes, source)
         self.every_tokens, self.strict, self.out, self.source = every_tokens, strict, out, source
-        self._prepared: list[tuple[Any, str]] | None = None  # (samples, fingerprint) per probe
+        self.pipeline: Pipeline | None = None
+        self._loader: Loader | None = None
+        self._tokenizer: Any = None
+        self._data_dir: Path | None = None
+        self._trainer: Any = None
         self._last_step = -1
         self._next_tokens = every_tokens or 0
-        self._model: torch.nn.Module | None = None  # the probe model checkpoint files load into
         self._steps: list[set[int] | None] = [None] * len(self.probes)  # per probe: its steps (None: all)
 
     def prepare(self, tokenizer_dir: str | Path, data_dir: str | Path) -> None:
         """Load the tokenizer and prepare every probe; a missing or empty eval set or task
         is one ``BytecanaryError`` naming the probe."""
-        from transformers import AutoTokenizer
-
-        self._tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-        self._prepared = [prepare_probe(p, self._tokenizer, Path(data_dir), self.source) for p in self.probes]
+        self._loader = Loader("cpu")
+        self._tokenizer, self._data_dir = self._loader.tokenizer(tokenizer_dir), Path(data_dir)
+        strict = "run.probe_strict" if self.strict else None
+        self.pipeline = Pipeline(self.probes, self.out or "probes.jsonl", strict, self.source, self._publish)
+        for index in range(len(self.probes)):
+            self.pipeline.prepare(index, self._tokenizer, self._data_dir)
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        if self._prepared is None:
+        if self.pipeline is None:
             self.prepare(trainer.datamodule.tokenizer_dir, trainer.datamodule.data_dir)
         folder = getattr(trainer.checkpoint_callback, "dirpath", None)
         if self.out is None:
             self.out = Path(folder).parent / "probes.jsonl" if folder else Path("probes.jsonl")
+        self.pipeline.out = Path(self.out)
+        self._loader.device = pl_module.device
+        self._trainer = trainer
         self._plan(trainer)
         if folder:
-            self._catch_up(trainer, pl_module, Path(folder))
+            self._catch_up(Path(folder))
 
     def _plan(self, trainer) -> None:
         """Each probe's checkpoint steps, from its cadence over the checkpoint callback's
@@ -99,39 +104,17 @@ class ProbeCallback(Checkpoint):
         """Indices of the probes whose cadence fires at the checkpoint of ``step``."""
         return [i for i, steps in enumerate(self._steps) if steps is None or step in steps]
 
-    def _missing(self, folder: Path) -> list[tuple[str, list[int]]]:
+    def missing(self, folder: Path) -> list[tuple[Target, list[int]]]:
         """(checkpoint, indices of the probes due there without a successful record) of each
-        checkpoint."""
-        done = completed(self.out)
-        todo = []
-        for path in probe_checkpoints(folder):
-            key = str(path.resolve())
-            missing = [
-                i
-                for i in self.due(step_of(path.name))
-                if (key, self.probes[i].name, self.probes[i].version, self._prepared[i][1]) not in done
-            ]
-            todo += [(key, missing)] if missing else []
-        return todo
+        checkpoint of ``folder``."""
+        return self.pipeline.todo(in_folder(folder), lambda target: self.due(target.step_hint))
 
-    def _catch_up(self, trainer, pl_module, folder: Path) -> None:
+    def _catch_up(self, folder: Path) -> None:
         """Probe each existing checkpoint that lacks records, with its own weights."""
-        todo = trainer.strategy.broadcast(self._missing(folder) if trainer.is_global_zero else None, src=0)
-        for path, indices in todo:
-            try:
-                meta, model = self._load(path, pl_module.device)
-            except BytecanaryError as err:  # resuming skips it too; the run rewrites it
-                if trainer.is_global_zero:
-                    warn(f"{err}; its probes are not caught up")
-                continue
-            self._run(trainer, model, indices, path, meta.get("step"), meta.get("tokens_seen"))
-
-    def _load(self, path: str, device: torch.device) -> tuple[dict[str, Any], torch.nn.Module]:
-        """(metadata, probe model holding ``path``'s weights): built on ``device`` once, then
-        loaded in place, so a fire allocates no second model."""
-        meta, model = load_gpt2(path, into=self._model)
-        self._model = model.to(device)
-        return meta, self._model
+        trainer = self._trainer
+        todo = trainer.strategy.broadcast(self.missing(folder) if trainer.is_global_zero else None, src=0)
+        for target, indices in todo:
+            self._fire(target, indices, catching_up=True)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -144,107 +127,57 @@ class ProbeCallback(Checkpoint):
             if due:
                 while self._next_tokens <= tokens:
                     self._next_tokens += self.every_tokens
-            self.fire(trainer, pl_module, str(Path(weights).resolve()) if weights is not None else None)
+            self.fire(trainer, pl_module, weights)
 
-    def fire(self, trainer, pl_module, checkpoint: str | None) -> None:
+    def fire(self, trainer, pl_module, checkpoint: str | Path | None) -> None:
         """Run the probes due at this step (all ranks) on the weights file ``checkpoint`` or,
         with none (an ``every_tokens`` fire), every probe on the live module; record the results."""
         self._last_step = trainer.global_step
-        tokens = getattr(pl_module, "tokens_seen", None)
+        self._trainer = trainer
         if checkpoint is not None:
-            due = self.due(trainer.global_step)
-            if due:
-                _, model = self._load(checkpoint, pl_module.device)
-                self._run(trainer, model, due, checkpoint, trainer.global_step, tokens)
+            indices = self.due(trainer.global_step)
+            if indices:
+                self._fire(Target.file(checkpoint), indices)
             return
         model = getattr(pl_module, "model", pl_module)
         model = getattr(model, "_orig_mod", model)
         was_training = model.training
         model.eval()
+        context = Context(None, trainer.global_step, getattr(pl_module, "tokens_seen", None))
         try:
-            self._run(trainer, model, range(len(self.probes)), None, trainer.global_step, tokens)
+            live = Loaded(model, self._tokenizer, self._data_dir, context.step, context.tokens_seen)
+            self._log_seconds(self.pipeline.measure(live, range(len(self.probes)), context), context)
         finally:
             model.train(was_training)
 
-    def _run(
-        self,
-        trainer,
-        model,
-        indices: Iterable[int],
-        checkpoint: str | None,
-        step: int | None,
-        tokens: int | None,
-    ) -> None:
-        """Run the probes ``indices`` on ``model``, then log their seconds in one row, summed
-        per probe name (a probe listed twice, with other parameters or cadences, is one cost)."""
+    def _fire(self, target: Target, indices: list[int], catching_up: bool = False) -> None:
+        def skip(err: Exception) -> None:  # resuming skips it too; the run rewrites it
+            if self._trainer.is_global_zero:
+                warn(f"{err}; its probes are not caught up")
+
+        made = self.pipeline.probe(self._loader, target, indices, skip if catching_up else None)
+        if made:
+            self._log_seconds(made, Context(target.key, made[0].step, made[0].tokens_seen))
+
+    def _log_seconds(self, made: list[Record], context: Context) -> None:
+        """The seconds of the probes just run, in one row, summed per probe name (a probe
+        listed twice, with other parameters or cadences, is one cost)."""
         seconds: dict[str, float] = {}
-        for i in indices:
-            record = self._run_one(trainer, model, i, checkpoint, step, tokens)
-            if record is not None:
-                seconds[record["probe"]] = seconds.get(record["probe"], 0.0) + record["seconds"]
+        for record in made:
+            seconds[record.probe] = seconds.get(record.probe, 0.0) + record.seconds
         if seconds:
             row = {keys.probe_seconds(name): round(s, 3) for name, s in seconds.items()}
-            row |= {keys.TOKENS_SEEN: tokens} if tokens is not None else {}
-            for logger in trainer.loggers:
-                logger.log_metrics(row, step=step)
+            row |= {keys.TOKENS_SEEN: context.tokens_seen} if context.tokens_seen is not None else {}
+            for logger in self._trainer.loggers:
+                logger.log_metrics(row, step=context.step)
 
-    def _run_one(
-        self, trainer, model, index: int, checkpoint: str | None, step: int | None, tokens: int | None
-    ) -> dict[str, Any] | None:
-        """One probe on ``model`` (every rank its share); rank 0 returns the record."""
-        probe, (prepared, params) = self.probes[index], self._prepared[index]
-        record = None
-        start = time.perf_counter()
-        try:
-            with torch.no_grad():
-                payload: Any = probe.compute(
-                    model, self._tokenizer, prepared, trainer.global_rank, trainer.world_size
-                )
-        except Exception as err:  # recorded, not raised: one probe must not stop training
-            payload = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
-        payloads = _gather(payload, trainer.world_size)
-        error = None
-        if trainer.is_global_zero:
-            failed = [p for p in payloads if isinstance(p, dict) and "error" in p]
-            metrics = None
-            if failed:
-                error = failed[0]["error"]
-            else:
-                try:
-                    probe.record_context = {"checkpoint": checkpoint, "step": step, "tokens_seen": tokens}
-                    metrics = probe.aggregate(prepared, payloads)
-                except Exception as err:
-                    error = f"{type(err).__name__}: {err}"
-            record = make_record(
-                checkpoint, step, tokens, probe.name, metrics, time.perf_counter() - start, error,
-                version=probe.version, params=params,
-            )  # fmt: skip
-            self._publish(trainer, record)
-            error = record["error"]
-        error = trainer.strategy.broadcast(error, src=0)
-        if error is not None and self.strict:
-            first = str(error).strip().splitlines()[0] if str(error).strip() else "failed"
-            raise BytecanaryError(f"probe {probe.name} failed at step {step} (run.probe_strict): {first}")
-        return record
-
-    def _publish(self, trainer, record: dict[str, Any]) -> None:
-        """Append the record, log its metrics with ``tokens_seen``, and say how it went (above
-        the progress bar)."""
-        append_record(self.out, record)
-        if record["metrics"]:
-            extra = {"tokens_seen": record["tokens_seen"]} if record["tokens_seen"] is not None else {}
-            for logger in trainer.loggers:
-                logger.log_metrics({**record["metrics"], **extra}, step=record["step"])
-        where = f"probe {record['probe']} at step {record['step']}: {record['seconds']:.1f} s"
-        if record["error"]:
-            warn(f"{where}, failed: {record['error']}")
-        else:
-            tqdm.write(f"{where}, {len(record['metrics'])} metrics")
-
-
-def _gather(payload: Any, world: int) -> list[Any]:
-    if world == 1 or not torch.distributed.is_initialized():
-        return [payload]
-    gathered: list[Any] = [None] * world
-    torch.distributed.all_gather_object(gathered, payload)
-    return gathered
+    def _publish(self, record: Record) -> None:
+        """Log the record's metrics with ``tokens_seen`` and say how it went (above the
+        progress bar); failures are warned about by the pipeline."""
+        if record.metrics:
+            extra = {keys.TOKENS_SEEN: record.tokens_seen} if record.tokens_seen is not None else {}
+            for logger in self._trainer.loggers:
+                logger.log_metrics({**record.metrics, **extra}, step=record.step)
+        if not record.error:
+            where = f"probe {record.probe} at step {record.step}: {record.seconds:.1f} s"
+            tqdm.write(f"{where}, {len(record.metrics)} metrics")

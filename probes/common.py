@@ -1,30 +1,88 @@
 """What every probe shares: DDP sharding and merging, model and tokenizer lookups, eval-set
-files, and building probes from ``{name: ..., <parameters>, cadence: ...}`` specs
-(``cadence``, when the training callback fires the probe, is ``bytecanary.probes.cadence``'s).
+files, the parameter groups probe configs are built from, and building probes from
+``{name: ..., <parameters>, cadence: ...}`` specs (``cadence``, when the training callback
+fires the probe, is ``bytecanary.probes.cadence``'s).
 
-Specs are checked against the probe's constructor signature (jsonargparse) before any
-probe is built, so a misspelt or mistyped parameter in a YAML is one line naming the
-file, the probe and the parameter, before a training step runs.
+A spec's parameters and its cadence are dataclasses (the probe's ``Config``, ``Cadence``),
+read by ``typed`` through jsonargparse, the reader LightningCLI uses for the rest of a
+training config, before any probe is built: a misspelt or mistyped parameter in a YAML is one
+line naming the file, the probe and the parameter, before a training step runs. A spec stays
+flat: a ``Config`` inherits its fields from the groups below.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import inspect
 import re
-from collections.abc import Mapping, Sequence, Sized
-from dataclasses import asdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import jsonargparse
 import numpy as np
-from bytecanary.probes.cadence import parse_cadence
-from bytecanary.probes.registry import Probe, probe_class
 
 from bytecanary.errors import BytecanaryError
+from bytecanary.probes.cadence import Cadence
+from bytecanary.probes.registry import Probe, probe_class
 
 DEFAULT_DATA_DIR = Path("data/default")  # what `bytecanary prepare` writes for the default config
+
+
+def at_least(name: str, value: int, low: int) -> None:
+    """A config check: ``ValueError`` naming the field when ``value`` < ``low``."""
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Checked:
+    """Base of the parameter groups: each checks its own fields in ``__post_init__`` and then
+    calls the next one's, so a config built from several groups checks every field."""
+
+    def __post_init__(self) -> None:
+        """Nothing left to check."""
+
+
+@dataclass(frozen=True)
+class Sizes(Checked):
+    """How much of its eval set a probe reads, in which batches, drawn with which seed."""
+
+    trial: bool = False
+    """A quick look: a fixed, seeded subset of each eval set; False: all of it (the measurement)."""
+    batch_size: int = 256
+    """Samples per forward pass; metrics depend on it (sampling draws, float rounding)."""
+    seed: int = 0
+    """The seed of every random draw: the trial subset, sampled tokens, bootstrap resamples."""
+
+    def __post_init__(self) -> None:
+        at_least("batch_size", self.batch_size, 1)
+        super().__post_init__()
+
+
+@dataclass(frozen=True)
+class GenerationSettings(Checked):
+    """How a probe generates after each prompt."""
+
+    max_new_tokens: int = 5
+    """Tokens generated after each prompt (at most)."""
+    temperature: float = 0.0
+    """Sampling temperature; 0 is greedy."""
+    top_k: int = 0
+    """Sample among the k likeliest tokens only; 0: all of them."""
+
+    def __post_init__(self) -> None:
+        at_least("max_new_tokens", self.max_new_tokens, 1)
+        super().__post_init__()
+
+
+@dataclass(frozen=True)
+class PerSample(Checked):
+    """Where a probe writes one line per sample (not in the fingerprint: it changes no metric)."""
+
+    records: str | None = None
+    """Append one JSON line per sample to this file."""
 
 
 def shard_indices(n: int, batch_size: int, rank: int, world: int) -> np.ndarray:
@@ -80,18 +138,42 @@ def _where(source: str | Path | None) -> str:
     return f"{source}: probes" if source else "probes"
 
 
-def _type_error(err: Exception, cls: type[Probe], params: Mapping[str, Any]) -> str:
+def _type_error(err: Exception, cls: type, value: Mapping[str, Any]) -> str:
     """jsonargparse's multi-line complaint as one line: the parameter, its type, the value."""
     found = re.search(r'Parser key "([^".]+)', str(err))
     key = found.group(1) if found else None
-    if key not in params:
+    if key not in value:
         return str(err).strip().splitlines()[0]
-    annotation = inspect.signature(cls.__init__).parameters[key].annotation
+    annotation = {f.name: f.type for f in dataclasses.fields(cls)}[key]
     expected = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", annotation)
-    return f"parameter {key!r}: expected {expected}, got {params[key]!r}"
+    return f"parameter {key!r}: expected {expected}, got {value[key]!r}"
+
+
+def typed(cls: type, value: Any, where: str) -> Any:
+    """``value`` (a mapping read from YAML) as the dataclass ``cls``; an unknown key, a wrong
+    type or a value the class's own checks refuse is one ``BytecanaryError`` ``where: problem``."""
+    if not isinstance(value, Mapping):
+        raise BytecanaryError(f"{where}: expected a mapping of {cls.__name__} fields, got {value!r}")
+    accepted = [f.name for f in dataclasses.fields(cls)]
+    for key in value:
+        if key not in accepted:
+            near = difflib.get_close_matches(str(key), accepted, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise BytecanaryError(f"{where}: unknown parameter {key!r}{hint}")
+    parser = jsonargparse.ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls)
+    try:
+        fields = parser.parse_object(dict(value)).as_dict()
+    except jsonargparse.ArgumentError as err:
+        raise BytecanaryError(f"{where}: {_type_error(err, cls, value)}") from None
+    try:
+        return cls(**fields)
+    except (TypeError, ValueError) as err:  # the class's own checks (protocols, prefix, ranges)
+        raise BytecanaryError(f"{where}: {err}") from None
 
 
 def _validate(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``spec`` checked, with every default filled in."""
     if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str):
         raise BytecanaryError(f"{where}: expected a {{name: ..., <parameters>}} mapping, got {spec!r}")
     name = spec["name"]
@@ -99,25 +181,14 @@ def _validate(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
         cls = probe_class(name)
     except BytecanaryError as err:
         raise BytecanaryError(f"{where}: {err}") from None
-    try:
-        cadence = parse_cadence(spec.get("cadence"))
-    except ValueError as err:
-        raise BytecanaryError(f"{where}: {name}: {err}") from None
     params = {k: v for k, v in spec.items() if k not in ("name", "cadence")}
-    accepted = list(inspect.signature(cls.__init__).parameters)[1:]
-    for key in params:
-        if key not in accepted:
-            near = difflib.get_close_matches(key, accepted, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise BytecanaryError(f"{where}: {name}: unknown parameter {key!r}{hint}")
-    parser = jsonargparse.ArgumentParser(exit_on_error=False)
-    parser.add_class_arguments(cls)
-    try:
-        parsed = parser.parse_object(params)
-    except jsonargparse.ArgumentError as err:
-        raise BytecanaryError(f"{where}: {name}: {_type_error(err, cls, params)}") from None
-    extra = {"cadence": asdict(cadence)} if "cadence" in spec else {}
-    return {"name": name, **parsed.as_dict(), **extra}
+    if cls.Config is None and params:
+        raise BytecanaryError(f"{where}: {name}: takes no parameters, got {sorted(params)}")
+    config = typed(cls.Config, params, f"{where}: {name}") if cls.Config is not None else None
+    out = {"name": name, **(asdict(config) if config is not None else {})}
+    if "cadence" in spec:
+        out["cadence"] = asdict(typed(Cadence, spec["cadence"], f"{where}: {name}: cadence"))
+    return out
 
 
 def validate_specs(
@@ -138,11 +209,8 @@ def build_probes(specs: Sequence[Mapping[str, Any] | Probe], source: str | Path 
             continue
         params = _validate(spec, _where(source))
         name = params.pop("name")
-        cadence = parse_cadence(params.pop("cadence", None))
-        try:
-            probe = probe_class(name)(**params)
-        except (TypeError, ValueError) as err:  # the constructor's own checks (protocols, prefix)
-            raise BytecanaryError(f"{_where(source)}: {name}: {err}") from None
+        cadence = Cadence(**params.pop("cadence", {}))
+        probe = probe_class(name)(**params)
         probe.cadence = cadence
         built.append(probe)
     return built
@@ -151,22 +219,3 @@ def build_probes(specs: Sequence[Mapping[str, Any] | Probe], source: str | Path 
 def get_probe(name: str, **params: Any) -> Probe:
     """One probe by name, validated like a YAML spec."""
     return build_probes([{"name": name, **params}])[0]
-
-
-def prepare_probe(
-    probe: Probe, tokenizer: Any, data_dir: Path | None, source: str | Path | None = None
-) -> tuple[Any, str]:
-    """(prepared samples, fingerprint) of ``probe``; a missing, unreadable or empty eval set
-    is one ``BytecanaryError`` naming ``source`` (a YAML path, when given) and the probe."""
-    where = _where(source)
-    try:
-        prepared = probe.prepare(tokenizer, data_dir)
-        params = probe.fingerprint(data_dir)
-    except BytecanaryError as err:
-        raise BytecanaryError(f"{where}: {probe.name}: {err}") from None
-    except OSError as err:
-        raise BytecanaryError(f"{where}: {probe.name}: {err.filename}: {err.strerror}") from None
-    samples = getattr(prepared, "samples", prepared)  # the UTF-8 probes' Prepared, or a list
-    if isinstance(samples, Sized) and len(samples) == 0:
-        raise BytecanaryError(f"{where}: {probe.name}: the eval set has no samples (data {data_dir})")
-    return prepared, params

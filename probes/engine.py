@@ -24,6 +24,7 @@ V vocabulary, 1 an axis of length one.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ import torch
 from transformers.cache_utils import Cache, StaticCache
 
 from bytecanary.bytecodec import ByteCodec
+from bytecanary.versions import TRANSFORMERS, require, require_attrs
+
+_WHY = "the probes' KV-cache copy into StaticCache layers"
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,18 @@ class Sampling:
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How ``generate`` decodes: how far, which ids end and pad a row, in which batches,
+    greedy or sampled."""
+
+    max_new_tokens: int
+    eos_id: int | None  # a row ends when it generates this id (None: only at the length)
+    pad_id: int  # fills prompts on the left and rows after their end
+    batch_size: int = 64  # prompts per prefill, in the given order
+    sampling: Sampling = Sampling()
 
 
 @dataclass
@@ -72,7 +88,8 @@ def positions(mask_BT: torch.Tensor) -> torch.Tensor:
 
 
 def cache_kwarg(model: torch.nn.Module) -> str:
-    """transformers 5.x calls the KV cache ``cache``; earlier versions ``past_key_values``."""
+    """The forward argument of the KV cache: ``cache`` in the transformers 5.x releases we run,
+    ``past_key_values`` in 5.0."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
@@ -83,12 +100,30 @@ def cache_of(out) -> object:
 def per_sample_cache(model: torch.nn.Module, cache: Cache, rows_B: torch.Tensor, length: int) -> StaticCache:
     """Row ``rows_B[b]`` of ``cache`` for each sample b, in a cache preallocated to ``length``
     columns: decoding then writes each new token in place, where a growing cache would
-    reallocate every layer at every step (and fragment the heap into a higher peak)."""
+    reallocate every layer at every step (and fragment the heap into a higher peak).
+    transformers has no public call for this, so it works on the caches' layers (checked
+    against the tested version at first use)."""
+    _require_transformers()
     static = StaticCache(config=model.config, max_cache_len=length)
+    _require_layers(static, cache)
     for mine, theirs in zip(static.layers, cache.layers, strict=True):
         mine.update(theirs.keys[rows_B], theirs.values[rows_B])  # allocates, then copies the prefix
         theirs.keys = theirs.values = None  # freed layer by layer
     return static
+
+
+@functools.cache
+def _require_transformers() -> None:
+    """The version check of ``per_sample_cache``, once per process (a failure is not cached)."""
+    require("transformers", TRANSFORMERS, _WHY)
+
+
+def _require_layers(*caches: Cache) -> None:
+    """A one-line error, not an AttributeError, where a release moved what ``per_sample_cache`` uses."""
+    for cache in caches:
+        require_attrs(cache, ("layers",), "transformers", TRANSFORMERS, _WHY)
+        for layer in cache.layers[:1]:
+            require_attrs(layer, ("keys", "values", "update"), "transformers", TRANSFORMERS, _WHY)
 
 
 class StopStrings:
@@ -206,13 +241,21 @@ def _prefill(
     return _Prefill(logits_BV, cache, mask_BT, (plen_B - 1)[:, None], prompt_lp, gold_lp)
 
 
+def _ended(
+    next_ids: np.ndarray, done: np.ndarray, rows: np.ndarray, eos_id: int | None, stops: StopStrings | None
+) -> np.ndarray:
+    """Which live rows end with their new token: eos, or the last token of a stop string."""
+    live = ~done
+    ended = live & (next_ids == eos_id) if eos_id is not None else np.zeros(len(done), dtype=bool)
+    if stops is not None:
+        ended[live] |= stops.hit(rows[live], next_ids[live])
+    return ended
+
+
 def _decode(
     model: torch.nn.Module,
     pre: _Prefill,
-    max_new_tokens: int,
-    eos_id: int | None,
-    pad_id: int,
-    sampling: Sampling,
+    decoding: Decoding,
     gen: torch.Generator | None,
     stops: StopStrings | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -223,6 +266,7 @@ def _decode(
     the batch (fed padding) until a quarter of the live rows have: then they leave the
     batch and the KV cache at once, which costs one copy of the cache."""
     logits_BV, cache, mask_BT, pos_B1 = pre.logits_BV, pre.cache, pre.mask_BT, pre.pos_B1
+    max_new_tokens, pad_id = decoding.max_new_tokens, decoding.pad_id
     n, device = len(logits_BV), logits_BV.device
     tokens_NT = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logprobs_NT = torch.zeros((n, max_new_tokens), device=device)
@@ -231,15 +275,12 @@ def _decode(
     done, done_B = np.zeros(n, dtype=bool), torch.zeros(n, dtype=torch.bool, device=device)
     cache_key = cache_kwarg(model)
     for t in range(max_new_tokens):
-        next_B = _pick(logits_BV, sampling, gen, rows, n).masked_fill(done_B, pad_id)
+        next_B = _pick(logits_BV, decoding.sampling, gen, rows, n).masked_fill(done_B, pad_id)
         lp_B = logits_BV.gather(-1, next_B[:, None]).squeeze(-1) - logits_BV.logsumexp(-1)
         tokens_NT[rows_B, t] = next_B
         logprobs_NT[rows_B, t] = lp_B.masked_fill(done_B, 0.0)
         next_ids = next_B.cpu().numpy()  # the step's one sync
-        live = ~done
-        ended = live & (next_ids == eos_id) if eos_id is not None else np.zeros(len(done), dtype=bool)
-        if stops is not None:
-            ended[live] |= stops.hit(rows[live], next_ids[live])
+        ended = _ended(next_ids, done, rows, decoding.eos_id, stops)
         lengths[rows[ended]] = t + 1
         done |= ended
         if t == max_new_tokens - 1 or done.all():
@@ -248,12 +289,7 @@ def _decode(
             if 4 * done.sum() >= len(done):  # drop the finished rows
                 keep = np.flatnonzero(~done)
                 keep_B = torch.from_numpy(keep).to(device)
-                next_B, mask_BT, pos_B1, rows_B = (
-                    next_B[keep_B],
-                    mask_BT[keep_B],
-                    pos_B1[keep_B],
-                    rows_B[keep_B],
-                )
+                next_B, mask_BT, pos_B1, rows_B = (x[keep_B] for x in (next_B, mask_BT, pos_B1, rows_B))
                 cache.reorder_cache(keep_B)  # index_select of every layer's keys and values
                 rows, done = rows[keep], done[keep]
             done_B = torch.tensor(done, device=device)
@@ -274,17 +310,13 @@ def _decode(
 def generate(
     model: torch.nn.Module,
     prompts: Sequence[Sequence[int]],
-    max_new_tokens: int,
-    eos_id: int | None,
-    pad_id: int,
-    batch_size: int = 64,
-    sampling: Sampling = Sampling(),
+    decoding: Decoding,
     golds: Sequence[Sequence[int]] | None = None,
     score_prompt: bool = True,
     stops: Sequence[Sequence[bytes]] | None = None,
     codec: ByteCodec | None = None,
 ) -> Generation:
-    """Decode every prompt (batches of ``batch_size``, in the given order).
+    """Decode every prompt (batches of ``decoding.batch_size``, in the given order).
 
     ``golds`` (optional) are scored teacher-forced in the same prefill: the prefill runs
     once per distinct ``prompt + gold`` sequence in the batch (the prefixes of one
@@ -298,7 +330,8 @@ def generate(
     UTF-8 bytes: its row finishes when its generated bytes contain one of them."""
     if stops is not None and codec is None:
         raise ValueError("stop strings need the tokenizer's codec to read the generated bytes")
-    n = len(prompts)
+    n, max_new_tokens, pad_id = len(prompts), decoding.max_new_tokens, decoding.pad_id
+    sampling = decoding.sampling
     last_only = not score_prompt and golds is None
     golds = golds if golds is not None else [()] * n
     tokens = np.full((n, max_new_tokens), pad_id, dtype=np.int64)
@@ -306,14 +339,12 @@ def generate(
     lengths = np.zeros(n, dtype=np.int64)
     prompt_lp, gold_lp = np.zeros(n), np.full(n, np.nan)
     gen = torch.Generator().manual_seed(sampling.seed) if sampling.temperature > 0 else None
-    for lo in range(0, n, batch_size):
-        rows = slice(lo, min(lo + batch_size, n))
+    for lo in range(0, n, decoding.batch_size):
+        rows = slice(lo, min(lo + decoding.batch_size, n))
         pre = _prefill(model, prompts[rows], golds[rows], pad_id, last_only, max_new_tokens - 1)
         prompt_lp[rows], gold_lp[rows] = pre.prompt_logprob, pre.gold_logprob
         watch = StopStrings(stops[rows], codec) if stops is not None else None
-        tokens[rows], logprobs[rows], lengths[rows] = _decode(
-            model, pre, max_new_tokens, eos_id, pad_id, sampling, gen, watch
-        )
+        tokens[rows], logprobs[rows], lengths[rows] = _decode(model, pre, decoding, gen, watch)
         del pre  # this batch's cache must not sit beside the next one's
     prompt_scored = np.array([max(len(p) - 1, 0) for p in prompts], dtype=np.int64)
     return Generation(tokens, lengths, logprobs, prompt_lp, prompt_scored, gold_lp)

@@ -21,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bytecanary import keys
+from bytecanary.bytecodec import ByteCodec
+from bytecanary.data.evalsets import load_level0
 from bytecanary.probes.registry import register_probe
 from bytecanary.probes.utf8_probe import (
     BYTE_SPACE,
@@ -34,10 +38,6 @@ from bytecanary.probes.utf8_probe import (
     trial_subset,
 )
 
-from bytecanary import keys
-from bytecanary.bytecodec import ByteCodec
-from bytecanary.data.evalsets import load_level0
-
 
 @register_probe("level0")
 class Level0Probe(Utf8Probe):
@@ -46,16 +46,17 @@ class Level0Probe(Utf8Probe):
     read_eval_set = staticmethod(load_level0)
 
     def prepare(self, tokenizer: Any, data_dir: Path | None) -> Prepared:
+        cfg = self.config
         codec = ByteCodec.from_tokenizer(tokenizer)
-        head = prefix_ids(tokenizer, codec, self.cfg.prefix)
-        if self.cfg.prefix != BYTE_SPACE:  # that byte token already stands for the leading space
+        head = prefix_ids(tokenizer, codec, cfg.prefix)
+        if cfg.prefix != BYTE_SPACE:  # that byte token already stands for the leading space
             head += leading_space_ids(tokenizer, codec)
         head_bytes = codec.decode(head)
         samples = []
         for s in (s for path in self.eval_files(data_dir) for s in load_level0(path)):
-            if self.languages and s.language not in self.languages:
+            if cfg.languages and s.language not in cfg.languages:
                 continue
-            for e in trial_subset(s, self.per_language, self.seed) if self.trial else s.entries:
+            for e in trial_subset(s, cfg.per_language, cfg.seed) if cfg.trial else s.entries:
                 item_id = f"{s.language}:U+{ord(e.char):04X}"
                 samples += [
                     byte_prefix_sample(codec, head, head_bytes, s.language, e.char, k, e.tier, item_id)

@@ -17,6 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bytecanary import keys
+from bytecanary.bytecodec import ByteCodec
+from bytecanary.data.evalsets import load_level1
 from bytecanary.probes.registry import register_probe
 from bytecanary.probes.utf8_probe import (
     Prepared,
@@ -27,10 +31,6 @@ from bytecanary.probes.utf8_probe import (
     prepared_for,
 )
 
-from bytecanary import keys
-from bytecanary.bytecodec import ByteCodec
-from bytecanary.data.evalsets import load_level1
-
 
 @register_probe("level1")
 class Level1Probe(Utf8Probe):
@@ -40,18 +40,19 @@ class Level1Probe(Utf8Probe):
     read_eval_set = staticmethod(load_level1)
 
     def prepare(self, tokenizer: Any, data_dir: Path | None) -> Prepared:
+        cfg = self.config
         codec = ByteCodec.from_tokenizer(tokenizer)
-        prefix = prefix_ids(tokenizer, codec, self.cfg.prefix)
+        prefix = prefix_ids(tokenizer, codec, cfg.prefix)
         by_language: dict[str, list] = {}  # language -> (item id, sample)
         for path in self.eval_files(data_dir):
             for i, s in enumerate(load_level1(path)):
-                if not self.languages or s.language in self.languages:
+                if not cfg.languages or s.language in cfg.languages:
                     by_language.setdefault(s.language, []).append((f"{path.name}[{i}]", s))
-        rng = np.random.default_rng(self.seed)
+        rng = np.random.default_rng(cfg.seed)
         samples = []
         for language, items in sorted(by_language.items()):
-            if self.trial and len(items) > self.per_language:
-                items = [items[i] for i in sorted(rng.choice(len(items), self.per_language, replace=False))]
+            if cfg.trial and len(items) > cfg.per_language:
+                items = [items[i] for i in sorted(rng.choice(len(items), cfg.per_language, replace=False))]
             for item_id, item in items:
                 # the target is the prompt's last character (the term's last); the rest is context
                 context, char = item.sentence_prompt[:-1], item.sentence_prompt[-1]

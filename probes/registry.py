@@ -10,46 +10,57 @@ setup produced a record, so a changed probe is rerun and an unchanged one is not
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
-import inspect
 import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bytecanary.probes.cadence import Cadence
-
 from bytecanary.errors import BytecanaryError
+from bytecanary.probes.cadence import Cadence
+from bytecanary.records import Context
 
 PROBES: dict[str, type[Probe]] = {}
+NO_CONTEXT = Context(None, None, None)  # a measurement outside any run
 
 
 class Probe:
     """Base class. Subclasses get ``name`` from the decorator, set ``version`` (bump it when
-    outputs change for the same parameters) and list the files they read in ``eval_files``."""
+    outputs change for the same parameters) and list the files they read in ``eval_files``.
+    A probe's parameters are one flat dataclass, its ``Config``: a spec's keys are its fields."""
 
     name: ClassVar[str] = ""
     version: ClassVar[int] = 1
+    Config: ClassVar[type | None] = None
+    """The probe's parameters as a flat dataclass (validated in its ``__post_init__``); the
+    probe is built from one instance or from its fields by name, and reads ``self.config``.
+    None: a probe without parameters."""
     # not hashed into the fingerprint: where per-sample lines go changes no metric. (batch_size
     # is hashed: batches set the per-batch sampling seeds and the float rounding.)
     unhashed: ClassVar[tuple[str, ...]] = ("records",)
+    config: Any
+    """The ``Config`` instance of a probe that has one."""
     params: dict[str, Any]
-    """The constructor's arguments, defaults filled in (set before ``__init__`` runs)."""
+    """The probe's parameters, defaults filled in: the ``Config``'s fields."""
     cadence: Cadence = Cadence()
     """Which checkpoints of a training run it fires at (the spec's ``cadence``); changes
     no metric, so it is not in the fingerprint."""
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Probe:
-        """Keep the constructor's arguments, so no subclass has to store them for the fingerprint."""
-        self = super().__new__(cls)
-        signature = inspect.signature(cls.__init__)
-        bound = signature.bind_partial(self, *args, **kwargs)  # an unknown argument raises TypeError
-        bound.apply_defaults()
-        self.params = dict(list(bound.arguments.items())[1:])  # without self
-        return self
-
-    def __init__(self) -> None:
-        """A probe without parameters."""
+    def __init__(self, config: Any = None, **fields: Any) -> None:
+        """``config`` (an instance of the probe's ``Config``) or its fields by name; a probe
+        without a ``Config`` takes no parameters."""
+        if self.Config is None:
+            if config is not None or fields:
+                raise TypeError(f"{type(self).__name__} takes no parameters")
+            self.params = {}
+            return
+        if config is None:
+            config = self.Config(**fields)  # an unknown field raises TypeError
+        elif fields or not isinstance(config, self.Config):
+            raise TypeError(f"{type(self).__name__} takes a {self.Config.__name__} or its fields by name")
+        self.config = config
+        self.params = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
 
     def validate(self, data_dir: Path | None) -> None:
         """Read the probe's inputs and raise a one-line error on a bad one, before any model
@@ -75,14 +86,17 @@ class Probe:
         """This rank's share of the work, returned as a picklable payload."""
         raise NotImplementedError
 
-    def aggregate(self, prepared: Any, payloads: list[Any]) -> dict[str, float]:
-        """Metrics from every rank's payload."""
+    def aggregate(self, prepared: Any, payloads: list[Any], context: Context) -> dict[str, float]:
+        """Metrics from every rank's payload; ``context`` (checkpoint, step, tokens_seen) starts
+        every per-sample line the probe writes."""
         raise NotImplementedError
 
-    def run(self, model: Any, tokenizer: Any, data_dir: Path | None = None) -> dict[str, float]:
+    def run(
+        self, model: Any, tokenizer: Any, data_dir: Path | None = None, context: Context = NO_CONTEXT
+    ) -> dict[str, float]:
         """Single process: prepare, compute everything, aggregate."""
         prepared = self.prepare(tokenizer, data_dir)
-        return self.aggregate(prepared, [self.compute(model, tokenizer, prepared)])
+        return self.aggregate(prepared, [self.compute(model, tokenizer, prepared)], context)
 
 
 def register_probe(name: str):

@@ -23,18 +23,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from bytecanary.probes.common import context_size, eval_set_files, merge_shards, pad_id, shard_indices
-from bytecanary.probes.engine import Sampling, generate
-from bytecanary.probes.registry import Probe
 
 from bytecanary import utf8
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.data.evalsets import Level0Set
+from bytecanary.probes.common import (
+    Checked,
+    GenerationSettings,
+    PerSample,
+    Sizes,
+    context_size,
+    eval_set_files,
+    merge_shards,
+    pad_id,
+    shard_indices,
+)
+from bytecanary.probes.engine import Decoding, Sampling, generate
+from bytecanary.probes.registry import Probe
+from bytecanary.records import Context
 
 SPACE = "▁"
 PREFIXES = ("eos", "bos", "none", "byte_space")  # what stands before every prompt
@@ -67,12 +78,62 @@ class Prepared:
 
 
 @dataclass(frozen=True)
-class DecodeConfig:
-    max_new_tokens: int = 5
-    batch_size: int = 256
+class Utf8Prompts(Checked):
+    """Which eval-set entries become prompts, and what stands before each."""
+
+    per_language: int = 256
+    """With ``trial``: M characters (Level 1: sentences) per language."""
+    eval_sets: list[str] | None = None
+    """Eval-set files (Level 0: published format; Level 1: JSON lists); None: the data's evalsets/."""
+    languages: list[str] | None = None
+    """Keep only these languages; None: every language of the eval sets."""
+    prefix: str = "eos"
+    """Before each prompt: "eos" (the document separator), "bos", "none", or "byte_space" (the
+    paper tool's byte token for 0x20, no separator)."""
+
+    def __post_init__(self) -> None:
+        if self.prefix not in PREFIXES:
+            raise ValueError(f"prefix must be one of {', '.join(PREFIXES)}, got {self.prefix!r}")
+        super().__post_init__()
+
+
+@dataclass(frozen=True)
+class Utf8Config(Utf8Prompts, GenerationSettings, Sizes, PerSample):
+    """The Level 0 and Level 1 probes' parameters (a flat spec: ``{name: level0, trial: true, ...}``)."""
+
+    top_p: float = 1.0
+    """Sample from the smallest set of tokens whose probability reaches p; 1: all of them."""
     alpha: float = 0.1
-    sampling: Sampling = field(default_factory=Sampling)
-    prefix: str = "eos"  # one of PREFIXES: what stands before the prompt
+    """EMA weight of V_ema."""
+
+    @property
+    def sampling(self) -> Sampling:
+        """Greedy unless ``temperature`` > 0; ``seed`` seeds the draws."""
+        return Sampling(self.temperature, self.top_k, self.top_p, self.seed)
+
+
+@dataclass(frozen=True)
+class SampleResults:
+    """Per-sample results, one row per sample (``index`` into the samples); T = max_new_tokens."""
+
+    index: np.ndarray  # (N,) the sample's position in ``Prepared.samples``
+    partial: np.ndarray  # (N, T) step scores after each generated token
+    strict: np.ndarray  # (N, T)
+    soft: np.ndarray  # (N, T)
+    cumulative: np.ndarray  # (N, T)
+    ema: np.ndarray  # (N, T)
+    gold_ll: np.ndarray  # (N,) teacher-forced log p of the gold remainder; nan without one
+    gen_ll: np.ndarray  # (N,) log p of the generated tokens
+    nll_sum: np.ndarray  # (N,) -log p of prompt tokens 2..n and the generated ones
+    nll_count: np.ndarray  # (N,) how many tokens that sum covers
+    pure: np.ndarray  # (N,) every generated token that adds bytes is a byte token
+    term_match: np.ndarray  # (N,) exactly the remainder, then a character boundary
+    tokens: np.ndarray  # (N, T) generated ids, padding after the end
+    lengths: np.ndarray  # (N,) generated tokens
+
+    def payload(self) -> dict[str, np.ndarray]:
+        """The arrays by name: what a rank sends (``merge_shards`` merges dicts)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def prefix_ids(tokenizer: Any, codec: ByteCodec, prefix: str) -> list[int]:
@@ -156,16 +217,15 @@ def trial_subset(s: Level0Set, m: int, seed: int) -> list:
 
 
 def decode_and_score(
-    model: Any, prep: Prepared, cfg: DecodeConfig, rank: int = 0, world: int = 1
-) -> dict[str, np.ndarray]:
-    """Per-sample results of this rank's share (arrays, with ``index`` into the samples)."""
-    idx = shard_indices(len(prep.samples), cfg.batch_size, rank, world)
-    samples = fit_context([prep.samples[i] for i in idx], model, cfg.max_new_tokens, prep.codec)
+    model: Any, prep: Prepared, config: Utf8Config, rank: int = 0, world: int = 1
+) -> SampleResults:
+    """Per-sample results of this rank's share (``index`` into the samples)."""
+    idx = shard_indices(len(prep.samples), config.batch_size, rank, world)
+    samples = fit_context([prep.samples[i] for i in idx], model, config.max_new_tokens, prep.codec)
     prompts = [list(s.prompt_ids) for s in samples]
     golds = [list(s.gold_ids) for s in samples]
-    gen = generate(
-        model, prompts, cfg.max_new_tokens, prep.eos_id, prep.pad_id, cfg.batch_size, cfg.sampling, golds
-    )
+    decoding = Decoding(config.max_new_tokens, prep.eos_id, prep.pad_id, config.batch_size, config.sampling)
+    gen = generate(model, prompts, decoding, golds)
     codec = prep.codec
     steps = np.arange(gen.tokens.shape[1])
     live_NT = steps[None, :] < gen.lengths[:, None]  # generated before (and including) the end
@@ -173,7 +233,7 @@ def decode_and_score(
     for t in steps:
         chunk, lengths = codec.chunk(gen.tokens[:, t])
         chunks.append((chunk, np.where(live_NT[:, t], lengths, 0)))
-    scores = utf8.step_scores([s.prompt_bytes for s in samples], chunks=chunks, alpha=cfg.alpha)
+    scores = utf8.step_scores([s.prompt_bytes for s in samples], chunks=chunks, alpha=config.alpha)
     gold_ll = gen.gold_logprob
     gen_ll = gen.logprobs.sum(axis=1)
     carries = live_NT & (codec.lengths[gen.tokens] > 0)  # generated tokens that add bytes
@@ -182,33 +242,33 @@ def decode_and_score(
     remainders = [s.remainder for s in samples]
     term = utf8.term_match_batch([s.prompt_bytes for s in samples], gen_bytes, remainders)
     term &= np.array([bool(r) for r in remainders], dtype=bool)
-    return {
-        "index": idx,
-        "partial": scores.partial,
-        "strict": scores.strict,
-        "soft": scores.soft,
-        "cumulative": scores.cumulative,
-        "ema": scores.ema,
-        "gold_ll": gold_ll,
-        "gen_ll": gen_ll,
-        "nll_sum": -(gen.prompt_logprob + gen_ll),
-        "nll_count": (gen.prompt_scored + gen.lengths).astype(np.float64),
-        "pure": pure,
-        "term_match": term,
-        "tokens": gen.tokens,
-        "lengths": gen.lengths,
-    }
+    return SampleResults(
+        index=idx,
+        partial=scores.partial,
+        strict=scores.strict,
+        soft=scores.soft,
+        cumulative=scores.cumulative,
+        ema=scores.ema,
+        gold_ll=gold_ll,
+        gen_ll=gen_ll,
+        nll_sum=-(gen.prompt_logprob + gen_ll),
+        nll_count=(gen.prompt_scored + gen.lengths).astype(np.float64),
+        pure=pure,
+        term_match=term,
+        tokens=gen.tokens,
+        lengths=gen.lengths,
+    )
 
 
-def group_metrics(r: dict[str, np.ndarray], mask: np.ndarray, term_match: bool) -> dict[str, float]:
+def group_metrics(r: SampleResults, mask: np.ndarray, term_match: bool) -> dict[str, float]:
     """Aggregates of the samples in ``mask``: scores at the last step, per step, Delta_LL."""
     if not mask.any():
         return {}
-    last = {k: r[k][mask, -1] for k in ("partial", "strict", "soft", "cumulative", "ema")}
+    last = {k: getattr(r, k)[mask, -1] for k in ("partial", "strict", "soft", "cumulative", "ema")}
     out: dict[str, float] = {k: float(v.mean()) for k, v in last.items()}
-    for t in range(r["partial"].shape[1]):
-        out[f"partial@t{t + 1}"] = float(r["partial"][mask, t].mean())
-    delta = (r["gold_ll"] - r["gen_ll"])[mask]
+    for t in range(r.partial.shape[1]):
+        out[f"partial@t{t + 1}"] = float(r.partial[mask, t].mean())
+    delta = (r.gold_ll - r.gen_ll)[mask]
     delta = delta[~np.isnan(delta)]
     if len(delta):
         out.update(
@@ -217,16 +277,16 @@ def group_metrics(r: dict[str, np.ndarray], mask: np.ndarray, term_match: bool) 
             delta_ll_median=float(np.median(delta)),
             delta_ll_std=float(delta.std()),
         )
-    out["ppl"] = float(np.exp(r["nll_sum"][mask].sum() / r["nll_count"][mask].sum()))
-    pure = r["pure"][mask]
+    out["ppl"] = float(np.exp(r.nll_sum[mask].sum() / r.nll_count[mask].sum()))
+    pure = r.pure[mask]
     out["pure_share"] = float(pure.mean())
     if pure.any():
         out["partial_pure"] = float(last["partial"][pure].mean())
     if (~pure).any():
         out["partial_mixed"] = float(last["partial"][~pure].mean())
     if term_match:
-        has_remainder = ~np.isnan(r["gold_ll"][mask])
-        out["term_match"] = float(r["term_match"][mask][has_remainder].mean()) if has_remainder.any() else 0.0
+        has_remainder = ~np.isnan(r.gold_ll[mask])
+        out["term_match"] = float(r.term_match[mask][has_remainder].mean()) if has_remainder.any() else 0.0
     out["n"] = float(mask.sum())
     return out
 
@@ -235,25 +295,25 @@ def write_records(
     path: str | Path,
     probe: str,
     samples: list[Utf8Sample],
-    r: dict[str, np.ndarray],
+    r: SampleResults,
     context: dict[str, Any],
 ) -> None:
     """One JSON line per sample: ``context`` (checkpoint, step, ...), the sample, what was
     generated and its scores; (checkpoint, item_id, k) names a row."""
     with open(path, "a", encoding="utf-8") as f:
         for i, s in enumerate(samples):
-            n = int(r["lengths"][i])
+            n = int(r.lengths[i])
             row = {**context, "probe": probe}
             row.update({k: v for k, v in asdict(s).items() if k not in ("prompt_bytes", "remainder")})
             row.update(
                 prompt_bytes=s.prompt_bytes.hex(),
                 remainder=s.remainder.hex(),
-                generated_ids=r["tokens"][i, :n].tolist(),
-                partial=r["partial"][i].tolist(),
-                strict=r["strict"][i].tolist(),
-                delta_ll=None if np.isnan(r["gold_ll"][i]) else float(r["gold_ll"][i] - r["gen_ll"][i]),
-                pure=bool(r["pure"][i]),
-                term_match=bool(r["term_match"][i]),
+                generated_ids=r.tokens[i, :n].tolist(),
+                partial=r.partial[i].tolist(),
+                strict=r.strict[i].tolist(),
+                delta_ll=None if np.isnan(r.gold_ll[i]) else float(r.gold_ll[i] - r.gen_ll[i]),
+                pure=bool(r.pure[i]),
+                term_match=bool(r.term_match[i]),
             )
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
@@ -265,50 +325,11 @@ class Utf8Probe(Probe):
     term_match: ClassVar[bool] = False  # report Term Match: the exact remainder, then a boundary
     eval_set_pattern: ClassVar[str] = ""  # the probe's eval-set files in <data_dir>/evalsets/
     read_eval_set: ClassVar[Callable[[Path], list]]  # one eval-set file, checked entry by entry
-
-    def __init__(
-        self,
-        trial: bool = True,
-        per_language: int = 256,
-        eval_sets: list[str] | None = None,
-        languages: list[str] | None = None,
-        max_new_tokens: int = 5,
-        batch_size: int = 256,
-        alpha: float = 0.1,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        prefix: str = "eos",
-        records: str | None = None,
-    ) -> None:
-        """
-        Args:
-            trial: M = ``per_language`` characters (Level 1: sentences) per language; False:
-                the whole set.
-            eval_sets: eval-set files (Level 0: published format; Level 1: JSON lists);
-                default: the data's evalsets/.
-            languages: keep only these languages.
-            max_new_tokens: tokens generated after each prompt (T).
-            alpha: EMA weight of V_ema.
-            temperature, top_k, top_p, seed: sampling; temperature 0 is greedy.
-            prefix: what stands before each prompt: "eos" (document separator), "bos", "none",
-                or "byte_space" (the paper tool's byte token for 0x20, no separator).
-            records: append one JSON line per sample to this file.
-        """
-        if prefix not in PREFIXES:
-            raise ValueError(f"prefix must be one of {', '.join(PREFIXES)}, got {prefix!r}")
-        self.trial, self.per_language, self.eval_sets = trial, per_language, eval_sets
-        self.languages, self.seed, self.records = languages, seed, records
-        self.record_context: dict[str, Any] = {}
-        """Fields every per-sample record starts with, set by the caller before ``aggregate``:
-        ``{"checkpoint": ..., "step": ..., "tokens_seen": ...}``."""
-        self.cfg = DecodeConfig(
-            max_new_tokens, batch_size, alpha, Sampling(temperature, top_k, top_p, seed), prefix
-        )
+    Config = Utf8Config  # built as ``Level0Probe(Utf8Config(...))`` or ``Level0Probe(trial=True, ...)``
+    config: Utf8Config
 
     def eval_files(self, data_dir: Path | None) -> list[Path]:
-        return eval_set_files(self.eval_sets, data_dir, self.eval_set_pattern)
+        return eval_set_files(self.config.eval_sets, data_dir, self.eval_set_pattern)
 
     def validate(self, data_dir: Path | None) -> None:
         """Read every eval set, so a missing or malformed file stops a run (one line naming
@@ -321,12 +342,14 @@ class Utf8Probe(Probe):
         raise NotImplementedError
 
     def compute(self, model: Any, tokenizer: Any, prepared: Prepared, rank: int = 0, world: int = 1):
-        return decode_and_score(model, prepared, self.cfg, rank, world)
+        return decode_and_score(model, prepared, self.config, rank, world).payload()
 
-    def aggregate(self, prepared: Prepared, payloads: list[dict[str, np.ndarray]]) -> dict[str, float]:
-        r = merge_shards(payloads)
-        if self.records:
-            write_records(self.records, self.name, prepared.samples, r, self.record_context)
+    def aggregate(
+        self, prepared: Prepared, payloads: list[dict[str, np.ndarray]], context: Context
+    ) -> dict[str, float]:
+        r = SampleResults(**merge_shards(payloads))
+        if self.config.records:
+            write_records(self.config.records, self.name, prepared.samples, r, context.fields())
         out: dict[str, float] = {}
         for key, mask in self.groups(prepared.samples):
             out.update({key(m): v for m, v in group_metrics(r, mask, self.term_match).items()})

@@ -163,7 +163,6 @@ def run_train(config: Path, *args: str, env: dict | None = None) -> subprocess.C
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
-        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -177,7 +176,6 @@ def wandb_records(run_dir: Path, kind: str) -> list[dict]:
         capture_output=True,
         text=True,
         check=True,
-        timeout=120,
     )
     records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     return [r[kind] for r in records if r.get("type") == kind]

@@ -7,11 +7,11 @@ import types
 
 import pytest
 import yaml
-from bytecanary.probes.records import read_records
 
 from bytecanary import cli
 from bytecanary.cli import main
 from bytecanary.io import read_jsonl
+from bytecanary.records import read as read_records
 from bytecanary.report.summary import add_mcqa_series
 
 from .conftest import MICRO, write_config
@@ -47,9 +47,12 @@ def test_unknown_flag_is_one_line_and_exit_2(capsys):
 
 
 def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
-    """The runner is replaced (no model is loaded); every flag lands in its keyword."""
+    """The runner is replaced (no model is loaded); every flag lands in its job."""
+    from bytecanary.probes.runner import Job
+
     calls = []
     runner = types.ModuleType("bytecanary.probes.runner")
+    runner.Job = Job
     runner.probe_specs = lambda config, names: {"config": config, "names": names}
     runner.run = lambda *args, **kwargs: calls.append((args, kwargs))
     monkeypatch.setitem(sys.modules, "bytecanary.probes.runner", runner)
@@ -58,22 +61,26 @@ def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
     args += ["--out", str(out), "--no-wandb", "--revision", "step1,step2", "--device", "cpu"]
     assert main(args) == 0
     [(positional, kwargs)] = calls
-    assert positional == (["org/model"], {"config": None, "names": ["level0", "mcqa"]})
-    assert kwargs == {
-        "out": str(out),
-        "trial": True,
-        "eval_sets": {"level0": None, "level1": "l1.json"},
-        "wandb_project": None,
-        "watch_dir": None,
-        "interval": 30.0,
-        "revisions": ["step1", "step2"],
-        "device": "cpu",
-        "finish": add_mcqa_series,
-    }
+    paths, specs, job = positional
+    assert (paths, specs, kwargs) == (
+        ["org/model"],
+        {"config": None, "names": ["level0", "mcqa"]},
+        {"finish": add_mcqa_series},
+    )
+    assert job == Job(
+        out=str(out),
+        trial=True,
+        eval_sets={"level0": None, "level1": "l1.json"},
+        wandb_project=None,
+        watch_dir=None,
+        interval=30.0,
+        revisions=["step1", "step2"],
+        device="cpu",
+    )
     assert capsys.readouterr().out == f"\nrecords: {out}\n"  # no records yet: an empty summary
     assert main(["probe", "m", "--wandb-project", "mine", "--watch", "ckpts", "--interval", "2"]) == 0
-    assert calls[-1][1]["wandb_project"] == "mine" and calls[-1][1]["watch_dir"] == "ckpts"
-    assert calls[-1][1]["interval"] == 2.0 and calls[-1][1]["trial"] is False
+    job = calls[-1][0][2]
+    assert (job.wandb_project, job.watch_dir, job.interval, job.trial) == ("mine", "ckpts", 2.0, False)
 
 
 def test_probe_without_a_path_or_watch_is_one_line(capsys):
@@ -104,8 +111,10 @@ def test_defaults_live_in_the_signatures():
 def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capsys):
     config = write_config(tmp_path / "small.yaml")
     micro = tmp_path / "micro.yaml"
-    mcqa = {"name": "mcqa", "embedded_per_language": 4, "nonsense_per_language": 4, "generative_per_task": 2}
-    probes = [{"name": "level0", "per_language": 4}, {"name": "level1", "per_language": 4}, mcqa]
+    mcqa = {"name": "mcqa", "trial": True, "embedded_per_language": 4, "nonsense_per_language": 4,
+            "generative_per_task": 2}  # fmt: skip
+    probes = [{"name": "level0", "trial": True, "per_language": 4},
+              {"name": "level1", "trial": True, "per_language": 4}, mcqa]  # fmt: skip
     micro.write_text(yaml.safe_dump({**MICRO, "probes": probes, "run": {**MICRO["run"], "wandb": True}}))
     args = ["demo", "--out", str(tmp_path / "runs" / "demo"), "--config", str(micro), "--steps", "6"]
     args += ["--data-config", str(config), "--data", str(tmp_path / "data")]
@@ -115,21 +124,21 @@ def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capsys):
     assert "MCQA (accuracy, mean over tasks)" in printed and "validity/perplexity tokens:" in printed
     run = tmp_path / "runs" / "demo"
     records = read_records(run / "probes.jsonl")
-    assert {r["probe"] for r in records} == {"level0", "level1", "mcqa"}
-    assert all(r["status"] == "ok" for r in records)
+    assert {r.probe for r in records} == {"level0", "level1", "mcqa"}
+    assert all(r.status == "ok" for r in records)
     for name in ("convergence.png", "tiers.png", "mcqa.png"):
         assert (run / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (run / "report" / "report.md").read_text()
-    last = max(records, key=lambda r: r["step"])
+    last = max(records, key=lambda r: r.step)
     assert "| tokens seen | step | val ppl ↓ |" in md  # the per-checkpoint table...
-    assert f"\n| {last['tokens_seen']:,} | {last['step']} | " in md  # ...down to the last checkpoint
+    assert f"\n| {last.tokens_seen:,} | {last.step} | " in md  # ...down to the last checkpoint
     assert "wandb sync" in printed and list((run / "wandb").glob("offline-run-*"))
     # the share of the run spent in probes, from the logs: the records' seconds over the wall time
     share = re.search(r"^probes: (\d+) s of (\d+) s of training \(([\d.]+)%\): level0 ", printed, re.M)
     assert share, printed
     wall = [r["perf/wall_seconds"] for r in read_jsonl(run / "metrics.jsonl") if "perf/wall_seconds" in r][-1]
-    assert abs(int(share[1]) - sum(r["seconds"] for r in records)) <= 0.5 and abs(int(share[2]) - wall) <= 0.5
-    assert abs(float(share[3]) - 100 * sum(r["seconds"] for r in records) / wall) <= 0.05
+    assert abs(int(share[1]) - sum(r.seconds for r in records)) <= 0.5 and abs(int(share[2]) - wall) <= 0.5
+    assert abs(float(share[3]) - 100 * sum(r.seconds for r in records) / wall) <= 0.05
     assert main(args) == 0  # a rerun continues the finished run: nothing more to train or probe
     assert len(read_records(tmp_path / "runs" / "demo" / "probes.jsonl")) == len(records)
 

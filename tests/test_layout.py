@@ -124,3 +124,47 @@ def test_core_imports_without_torch_and_help_is_fast():
         text=True,
     )
     assert "demo" in out.stdout
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_PARAMETERS = 400, 60, 8
+
+
+def oversized(root: Path) -> list[str]:
+    """Modules over 400 lines, functions over 60, signatures over 8 parameters (``self`` and
+    ``cls`` aside): a wider interface groups its settings in a config dataclass, whose fields
+    are not parameters."""
+    found = []
+    for path in sorted(p for folder in (*PACKAGES, "benchmarks") for p in (root / folder).rglob("*.py")):
+        rel, text = path.relative_to(root).as_posix(), path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            found.append(f"{rel}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text, filename=rel)):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            args = node.args
+            names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+            params = [n for n in names if n not in ("self", "cls")]
+            if node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                found.append(f"{rel}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines")
+            if len(params) > MAX_PARAMETERS:
+                found.append(f"{rel}:{node.lineno} {node.name}: {len(params)} parameters")
+    return found
+
+
+def test_modules_functions_and_signatures_stay_small():
+    assert oversized(ROOT) == []
+
+
+def test_the_size_check_sees_what_it_should(tmp_path):
+    wide = "def f(" + ", ".join(f"a{i}" for i in range(9)) + "):\n    pass\n"
+    method = "class C:\n    def m(self, " + ", ".join(f"a{i}" for i in range(8)) + "):\n        pass\n"
+    long = "def g():\n" + "    x = 1\n" * 60
+    (tmp_path / "probes").mkdir()
+    (tmp_path / "probes" / "wide.py").write_text(wide + method + long)
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "big.py").write_text("x = 1\n" * 401)
+    assert oversized(tmp_path) == [
+        "probes/wide.py:1 f: 9 parameters",
+        "probes/wide.py:6 g: 61 lines",
+        "train/big.py: 401 lines",
+    ]

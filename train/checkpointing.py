@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bytecanary.train.model import count_parameters
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
@@ -43,11 +42,25 @@ from bytecanary.checkpoints import (
 )
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_dir, atomic_path, named, refuse_foreign_dir, warn
+from bytecanary.train.model import count_parameters
+from bytecanary.versions import LIGHTNING, require, require_attrs
+
+# ModelCheckpoint's private names ScheduledCheckpoint overrides or reads: Lightning has no public
+# way to link ``last.ckpt`` atomically, to skip the full copy it writes without a step file, or
+# to name the weights file exactly as the step file
+_PRIVATE_METHODS = (
+    "_save_last_checkpoint",
+    "_link_checkpoint",
+    "_should_skip_saving_checkpoint",
+    "_monitor_candidates",
+)
+_PRIVATE_STATE = ("_last_global_step_saved", "_last_checkpoint_saved")
+_WHY = "ScheduledCheckpoint's overrides of ModelCheckpoint internals"
 
 
 class _KeepWriteError:
     """A file for ``torch.save`` that keeps the ``OSError`` of a failed write: torch turns it
-    into a RuntimeError that no longer says why (disk full, file too large)."""
+    into a RuntimeError that does not say why (disk full, file too large)."""
 
     def __init__(self, f: Any) -> None:
         self.f, self.error = f, None
@@ -119,6 +132,8 @@ class ScheduledCheckpoint(ModelCheckpoint):
         weights_dtype: str = "bfloat16",
         keep_state_every: int | None = None,
     ) -> None:
+        require("lightning", LIGHTNING, _WHY)
+        require_attrs(ModelCheckpoint, _PRIVATE_METHODS, "lightning", LIGHTNING, _WHY)
         super().__init__(
             dirpath=dirpath,
             filename="step{step:07d}",
@@ -128,6 +143,7 @@ class ScheduledCheckpoint(ModelCheckpoint):
             save_last="link",
             enable_version_counter=False,  # a resumed run rewrites a step in place (bit for bit)
         )
+        require_attrs(self, _PRIVATE_STATE, "lightning", LIGHTNING, _WHY)
         self.every_n_steps = every_n_steps
         self.early_steps = log_spaced_steps(log_spaced_until)
         self.weights_dtype = weights_dtype
@@ -179,11 +195,11 @@ class ScheduledCheckpoint(ModelCheckpoint):
 
     def _drop_old_states(self, newest: int) -> None:
         """Delete the full states older than ``newest``, but those ``keep_state_every`` keeps
-        and those without a weights file (a run from before them: its only copy of those
-        weights). Lightning's own records name only the newest, so none goes stale."""
+        (each step's weights file stays). Lightning's own records name only the newest, so
+        none goes stale."""
         for path in training_states(self.dirpath):
             step = step_of(path.name)
-            if step < newest and not self.keeps_state(step) and path.with_suffix(WEIGHTS).is_file():
+            if step < newest and not self.keeps_state(step):
                 path.unlink(missing_ok=True)
 
     def _save_last_checkpoint(self, trainer, monitor_candidates) -> None:
@@ -219,18 +235,11 @@ def _loadable_step(path: Path) -> int | None:
 def latest_checkpoint(folder: Path) -> Path | None:
     """The newest full training state that loads, by step (not mtime): the step file
     ``last.ckpt`` links to, or a newer one when a crash came between writing it and moving
-    the link. Corrupt ones are skipped with a warning; None when nothing loads. A
-    ``last.ckpt`` that is a file, not a link (runs from before links), is a copy of its step
-    and is tried first."""
-    last = folder / "last.ckpt"
-    copy = last.is_file() and not last.is_symlink()
-    last_step = _loadable_step(last) if copy else None
+    the link. Corrupt ones are skipped with a warning; None when nothing loads."""
     for path in reversed(training_states(folder) if folder.is_dir() else []):
-        if last_step is not None and step_of(path.name) <= last_step:
-            break
         if _loadable_step(path) is not None:
             return path
-    return last if last_step is not None else None
+    return None
 
 
 def keep_tokenizer(source: Path, run_dir: Path, copy: bool = True) -> str:
@@ -271,7 +280,8 @@ def export(ckpt_path: str | Path, out_dir: str | Path, force: bool = False) -> P
             raise BytecanaryError(f"{out / 'model.safetensors'}: {' '.join(str(err).split())}") from None
         tokenizer.save_pretrained(str(tmp))
         info = {k: meta.get(k) for k in ("step", "tokens_seen", "tokenizer_hash")}
-        info["data_dir"] = str(checkpoint_data_dir(meta, ckpt_path))
+        data_dir = checkpoint_data_dir(meta)
+        info["data_dir"] = str(data_dir) if data_dir else None
         info["checkpoint"] = str(ckpt_path)
         (tmp / "bytecanary.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
     return out

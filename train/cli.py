@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities import rank_zero_info
+
+from bytecanary.checkpoints import probe_checkpoints, training_states
+from bytecanary.errors import BytecanaryError
+from bytecanary.io import atomic_path, check_output, remove_stale_temps
 from bytecanary.probes.callback import ProbeCallback
+from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis, finish_wandb
 from bytecanary.train.checkpointing import (
     AtomicCheckpointIO,
     ScheduledCheckpoint,
@@ -28,13 +35,6 @@ from bytecanary.train.loggers import JsonlLogger, TruncateMetricsOnStart, make_w
 from bytecanary.train.model import ArchConfig, OptimConfig
 from bytecanary.train.module import ByteLM
 from bytecanary.train.throughput import PerfMonitor
-from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.utilities import rank_zero_info
-
-from bytecanary.checkpoints import probe_checkpoints
-from bytecanary.errors import BytecanaryError
-from bytecanary.io import atomic_path, check_output, remove_stale_temps
-from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis, finish_wandb
 
 
 @dataclass
@@ -198,7 +198,7 @@ def resume_from(run: RunConfig) -> Path | None:
     run; ``run.resume`` must fit what the run folder holds."""
     folder = run.dir / "checkpoints"
     if not run.resume:
-        if probe_checkpoints(folder):  # any step file, weights or full state
+        if probe_checkpoints(folder) or training_states(folder):  # any step file, weights or full state
             raise BytecanaryError(
                 f"{run.dir} already holds checkpoints: pass --run.resume=true to continue it, "
                 "or choose another --run.name"

@@ -44,8 +44,9 @@ def sample_windows(
 
 
 class ShardBatches:
-    """Endless training batches of one rank, starting at batch ``start``. With ``pin_memory``
-    (training on CUDA) they are page-locked: a copy from pageable memory waits for the GPU."""
+    """Endless training batches of one rank of ``share`` = (rank, world size), starting at
+    batch ``start``. With ``pin_memory`` (training on CUDA) they are page-locked: a copy from
+    pageable memory waits for the GPU."""
 
     def __init__(
         self,
@@ -54,14 +55,13 @@ class ShardBatches:
         seq_len: int,
         batch_size: int,
         seed: int,
-        rank: int = 0,
-        world: int = 1,
+        share: tuple[int, int] = (0, 1),
         start: int = 0,
         pin_memory: bool = False,
     ) -> None:
         self.shards, self.seq_len, self.batch_size = shards, seq_len, batch_size
         self.pin_memory = pin_memory
-        self.seed, self.rank, self.world, self.start = seed, rank, world, start
+        (self.rank, self.world), self.seed, self.start = share, seed, start
         self.cum_weights = np.cumsum(weights) / np.sum(weights)
         self.sizes = np.array([len(s) for s in shards], dtype=np.int64)
 
@@ -162,8 +162,7 @@ class ShardDataModule(L.LightningDataModule):
             self.seq_len,
             self.batch_size,
             self.seed,
-            rank,
-            world,
+            (rank, world),
             start,
             pin_memory=trainer is not None and trainer.strategy.root_device.type == "cuda",
         )

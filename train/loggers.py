@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+from bytecanary import keys
 from bytecanary.io import atomic_path, read_jsonl
 from bytecanary.tracking import Detail, WandbView, wandb_mode
 
@@ -42,9 +43,9 @@ class JsonlLogger(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        row: dict[str, Any] = {"step": int(step) if step is not None else None}
+        row: dict[str, Any] = {keys.STEP: int(step) if step is not None else None}
         for key, value in metrics.items():
-            row[key] = int(value) if key == "tokens_seen" else value
+            row[key] = int(value) if key == keys.TOKENS_SEEN else value
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
@@ -60,13 +61,13 @@ class JsonlLogger(Logger):
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if row.get("step") is not None and row["step"] <= step:
+            if row.get(keys.STEP) is not None and row[keys.STEP] <= step:
                 keep.append(line)
         rows = [json.loads(line) for line in keep]
         if (
             train_row
-            and train_row["step"] == step
-            and not any(r["step"] == step and "train/loss" in r for r in rows)
+            and train_row[keys.STEP] == step
+            and not any(r[keys.STEP] == step and keys.train("loss") in r for r in rows)
         ):
             keep.append(json.dumps(train_row))
         with atomic_path(self.path) as tmp:

@@ -19,6 +19,9 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
+
+from bytecanary import keys
 from bytecanary.train.model import (
     ArchConfig,
     OptimConfig,
@@ -28,7 +31,9 @@ from bytecanary.train.model import (
     param_groups,
 )
 from bytecanary.train.throughput import flops_per_token
-from lightning.pytorch.utilities import rank_zero_info
+
+DEFAULT_ARCH = ArchConfig()  # read, never mutated: one instance serves every ByteLM
+DEFAULT_OPTIM = OptimConfig()
 
 
 def _as(cls: type, value: Any) -> Any:
@@ -40,8 +45,8 @@ class ByteLM(L.LightningModule):
 
     def __init__(
         self,
-        arch: ArchConfig = ArchConfig(),  # noqa: B008 (frozen defaults, jsonargparse groups)
-        optim: OptimConfig = OptimConfig(),  # noqa: B008
+        arch: ArchConfig = DEFAULT_ARCH,
+        optim: OptimConfig = DEFAULT_OPTIM,
         vocab_size: int = 8192,
         eos_token_id: int | None = None,
         compile: bool = False,
@@ -115,10 +120,10 @@ class ByteLM(L.LightningModule):
         lr = self.optimizers().param_groups[0]["lr"]
         self.log_dict(
             {
-                "train/loss": loss.detach(),
-                "train/lr": self._exact(lr),
-                "tokens_seen": self._exact(self.tokens_seen),
-                "step": self._exact(self.global_step + 1),
+                keys.train("loss"): loss.detach(),
+                keys.train("lr"): self._exact(lr),
+                keys.TOKENS_SEEN: self._exact(self.tokens_seen),
+                keys.STEP: self._exact(self.global_step + 1),
             },
             on_step=True,
             on_epoch=False,
@@ -126,8 +131,12 @@ class ByteLM(L.LightningModule):
         # Lightning writes this row to the loggers only after the step's checkpoint is
         # saved; the checkpoint carries it so a run killed in between loses nothing
         # the loss stays a tensor here (no device sync in the step); it becomes a float on save
-        self.train_row = {"step": self.global_step + 1, "train/loss": loss.detach(), "train/lr": lr}
-        self.train_row["tokens_seen"] = self.tokens_seen
+        self.train_row = {
+            keys.STEP: self.global_step + 1,
+            keys.train("loss"): loss.detach(),
+            keys.train("lr"): lr,
+            keys.TOKENS_SEEN: self.tokens_seen,
+        }
         self.log("loss", loss.detach(), prog_bar=True, logger=False)
         return loss
 
@@ -148,14 +157,14 @@ class ByteLM(L.LightningModule):
         sum_L = self.trainer.strategy.reduce(self._val_sum_L, reduce_op="sum")
         count_L = self.trainer.strategy.reduce(self._val_count_L, reduce_op="sum")
         loss = float(sum_L.sum() / count_L.sum())
-        metrics: dict[str, Any] = {"val/loss": loss, "val/ppl": math.exp(loss)}
+        metrics: dict[str, Any] = {keys.val("loss"): loss, keys.val_ppl(): math.exp(loss)}
         for lang, s, c in zip(self.languages, sum_L.tolist(), count_L.tolist(), strict=True):
             if c > 0:
-                metrics[f"val/{lang}/ppl"] = math.exp(s / c)
-        metrics["tokens_seen"] = self._exact(self.tokens_seen)
-        metrics["step"] = self._exact(self.global_step)
+                metrics[keys.val_ppl(lang)] = math.exp(s / c)
+        metrics[keys.TOKENS_SEEN] = self._exact(self.tokens_seen)
+        metrics[keys.STEP] = self._exact(self.global_step)
         self.log_dict(metrics, prog_bar=False)
-        self.log("val_ppl", metrics["val/ppl"], prog_bar=True, logger=False)
+        self.log("val_ppl", metrics[keys.val_ppl()], prog_bar=True, logger=False)
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(

@@ -23,6 +23,11 @@ from lightning.pytorch.trainer.states import RunningStage
 from transformers import GPT2LMHeadModel
 
 from bytecanary import keys
+from bytecanary.versions import LIGHTNING, require, require_attrs
+
+# PerfMonitor reuses ThroughputMonitor's timing (validation excluded) through its private
+# per-step hook and throughput state; Lightning has no public hook for the rows it logs
+_WHY = "PerfMonitor's override of ThroughputMonitor internals"
 
 # Dense bf16/fp16 tensor-core peaks per GPU from NVIDIA's datasheets (the sparse figures
 # are twice these). First match on the lower-case device name wins, so variants come first.
@@ -99,7 +104,10 @@ class PerfMonitor(ThroughputMonitor):
     ``perf/probe_seconds/*`` over it, read from the logs alone."""
 
     def __init__(self) -> None:
+        require("lightning", LIGHTNING, _WHY)
+        require_attrs(ThroughputMonitor, ("_compute",), "lightning", LIGHTNING, _WHY)
         super().__init__(batch_size_fn=_samples, length_fn=_tokens)
+        require_attrs(self, ("_throughputs", "kwargs"), "lightning", LIGHTNING, _WHY)
         self._wall_before = 0.0  # seconds of the run before this process resumed it
         self._wall_start = time.perf_counter()
 
@@ -135,12 +143,23 @@ class PerfMonitor(ThroughputMonitor):
             logger.log_metrics({**row, keys.STEP: trainer.global_step}, step=trainer.global_step)
 
     def _compute(self, trainer, iter_num: int | None = None) -> None:
-        """Training rows only, renamed, on the ``tokens_seen`` axis (Lightning's own hook)."""
+        """Training rows only, renamed, on the ``tokens_seen`` axis (Lightning's own hook),
+        written to the loggers at the step the row names, as Lightning writes a ``step`` key."""
         stage = trainer.state.stage
-        if stage != RunningStage.TRAINING or not trainer._logger_connector.should_update_logs:
+        if stage != RunningStage.TRAINING or not is_log_step(trainer):
             return
         metrics: dict[str, Any] = perf_metrics(self._throughputs[stage].compute(), trainer.world_size)
         metrics[keys.perf("wall_seconds")] = self.wall_seconds()
         metrics[keys.TOKENS_SEEN] = trainer.lightning_module.tokens_seen
-        metrics[keys.STEP] = trainer.global_step
-        trainer._logger_connector.log_metrics(metrics)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+            logger.save()
+
+
+def is_log_step(trainer) -> bool:
+    """Whether this training step writes logs, by Lightning's rule (its logger connector's
+    ``should_update_logs``) from public attributes: every ``log_every_n_steps`` optimizer
+    steps, and when training stops. Called from ``on_train_batch_end``, after the optimizer
+    step, so ``global_step`` already counts this one."""
+    n = trainer.log_every_n_steps
+    return bool(n) and (trainer.global_step % n == 0 or trainer.should_stop)

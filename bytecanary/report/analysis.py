@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from bytecanary import keys, stats
+from bytecanary import keys, records, stats
 from bytecanary.data.languages import LANGUAGES
+from bytecanary.records import Record
 
 HEADLINE_KEY = keys.level0()  # V_partial over all languages and tiers
 VALIDITY_KEYS = tuple(
@@ -59,17 +60,15 @@ class Checkpoint:
         return finite(self.metrics.get(key))
 
 
-def checkpoints(probe_rows: Iterable[dict[str, Any]]) -> list[Checkpoint]:
-    """Checkpoints in training order; a later record of the same (checkpoint, probe) wins,
-    as a rerun's would. Failed records are ignored."""
+def checkpoints(probe_records: Iterable[Record]) -> list[Checkpoint]:
+    """Checkpoints in training order, each with the metrics of its records merged as
+    ``records.merge`` merges them (failed records ignored, a rerun's record wins)."""
     merged: dict[str, Checkpoint] = {}
-    for row in probe_rows:
-        if row.get("status") != "ok":
-            continue
-        key = row.get("checkpoint") or f"step={row.get('step')} tokens={row.get('tokens_seen')}"
+    for record in records.merge(probe_records):
+        key = record.identity[0]
         old = merged.get(key)
-        metrics = {**(old.metrics if old else {}), **(row.get("metrics") or {})}
-        merged[key] = Checkpoint(key, row.get("step"), row.get("tokens_seen"), metrics)
+        metrics = {**(old.metrics if old else {}), **record.metrics}
+        merged[key] = Checkpoint(key, record.step, record.tokens_seen, metrics)
     return sorted(
         merged.values(),
         key=lambda c: (c.tokens_seen is None, c.tokens_seen or 0, c.step is None, c.step or 0),
@@ -185,7 +184,7 @@ class Convergence:
 
     def why_no_ratio(self) -> str:
         """In words, which curve did not converge and what it did instead."""
-        why = [f"val/ppl {self.ppl.in_words}"] if self.ppl.converged_at is None else []
+        why = [f"{self.ppl.key} {self.ppl.in_words}"] if self.ppl.converged_at is None else []
         if self.headline is None:
             why.append("no Level 0 validity records")
         elif self.headline.converged_at is None:
@@ -204,12 +203,12 @@ class Convergence:
         )
 
 
-def convergence(metrics_rows: Iterable[dict[str, Any]], probe_rows: Iterable[dict[str, Any]]) -> Convergence:
+def convergence(metrics_rows: Iterable[dict[str, Any]], probe_records: Iterable[Record]) -> Convergence:
     """What ``val/ppl`` and Level 0 partial/strict validity (all, en, ja, ko, zh) did over
     tokens seen, all judged by the same detector."""
     points = ((r.get(keys.TOKENS_SEEN), r.get(keys.val_ppl())) for r in metrics_rows)
     ppl = make_curve(keys.val_ppl(), points, log=True)
-    cps = checkpoints(probe_rows)
+    cps = checkpoints(probe_records)
     present = {k for c in cps for k in c.metrics}
     validity = {key: validity_curve(cps, key) for key in VALIDITY_KEYS if key in present}
     return Convergence(ppl, validity)
@@ -275,7 +274,7 @@ def _parsability(cells: list[tuple[str, str, str, float, float]], notes: list[st
     return out
 
 
-def mcqa_series(probe_rows: Iterable[dict[str, Any]], notes: list[str] | None = None) -> dict[str, float]:
+def mcqa_series(probe_records: Iterable[Record], notes: list[str] | None = None) -> dict[str, float]:
     """MCQA statistics across checkpoints, as flat ``probe/mcqa/...`` keys.
 
     Per task with letter accuracies, ``<task>/kendall_tau_sep_merged``; over all
@@ -284,7 +283,7 @@ def mcqa_series(probe_rows: Iterable[dict[str, Any]], notes: list[str] | None = 
     the data cannot support is NaN, and the reason is appended to ``notes``.
     """
     notes = [] if notes is None else notes
-    cps = checkpoints(probe_rows)
+    cps = checkpoints(probe_records)
     out = {}
     for task in mcqa_tasks(cps):
         letter = (keys.mcqa(task, SEPARATE, "acc"), keys.mcqa(task, MERGED, "acc"))
@@ -348,13 +347,3 @@ def probe_cost(metrics_rows: Iterable[dict[str, Any]]) -> ProbeCost | None:
                 seconds[name] = seconds.get(name, 0.0) + value
         wall = finite(row.get(keys.perf("wall_seconds"))) or wall
     return ProbeCost(seconds, wall) if wall else None
-
-
-def record_problem(row: dict[str, Any]) -> str | None:
-    """What is wrong with a ``probes.jsonl`` record, if anything the report relies on."""
-    metrics = row.get("metrics")
-    if not isinstance(metrics, dict) or not all(isinstance(v, int | float) for v in metrics.values()):
-        return "'metrics' is not a mapping of numbers"
-    if not isinstance(row.get("probe"), str) or not isinstance(row.get("tokens_seen", 0), int | None):
-        return "'probe' or 'tokens_seen' has the wrong type"
-    return None

@@ -105,7 +105,7 @@ def _plot(ax: Any, curve: Curve, mark: bool = False, **style: Any) -> bool:
 def _convergence_lines(axes: Sequence[Any], conv: Convergence) -> None:
     """Vertical lines at the perplexity and headline validity convergence points, in every panel."""
     for x, style, label in (
-        (conv.ppl.converged_at, ":", "val/ppl converges"),
+        (conv.ppl.converged_at, ":", f"{conv.ppl.key} converges"),
         (conv.validity_tokens, "-.", "validity (all, partial) converges"),
     ):
         if x:
@@ -122,7 +122,7 @@ def plot_convergence(conv: Convergence, path: Path) -> None:
     with matplotlib.rc_context(STYLE):
         fig, axes = _figure(2, 1, (10, 8), sharex=True)
         top, bottom = axes[:, 0]
-        if _plot(top, conv.ppl, mark=True, color="black", label="val/ppl"):
+        if _plot(top, conv.ppl, mark=True, color="black", label=conv.ppl.key):
             top.set_yscale("log")
             _plain_log_labels(top.yaxis, lambda v: f"{v:,.0f}")
         else:

@@ -18,7 +18,8 @@ from typing import Any
 
 from bytecanary import keys
 from bytecanary.data.evalsets import TIERS
-from bytecanary.io import read_jsonl, warn
+from bytecanary.io import warn
+from bytecanary.records import Record, merge, read
 from bytecanary.report import analysis
 from bytecanary.report.analysis import CLOZE, DASHED, MERGED, SEPARATE
 
@@ -76,9 +77,10 @@ BENCHMARK_COLUMNS = [
 ]
 
 
-def _records(out: Path) -> list[dict[str, Any]]:
-    """The records of ``out``; none yet when nothing was probed."""
-    return read_jsonl(out, analysis.record_problem, warn) if out.is_file() else []
+def _records(out: Path) -> list[Record]:
+    """The records of ``out``, one per (checkpoint, probe) as ``bytecanary.records.merge`` merges them;
+    none yet when nothing was probed."""
+    return merge(read(out, warn))
 
 
 def _mcqa_cells(metrics: dict[str, float]) -> list[float | None]:
@@ -102,23 +104,22 @@ def _mcqa_cells(metrics: dict[str, float]) -> list[float | None]:
 def summary(out: Path) -> str:
     """Per probe, one row per checkpoint: step, tokens, headline metrics, then by language;
     for MCQA, the cross-checkpoint statistics under the table."""
-    by_probe: dict[str, dict[str, dict[str, Any]]] = {}
+    by_probe: dict[str, dict[str, Record]] = {}
     for r in _records(out):
-        if r["status"] == "ok" and (r["probe"] in TABLES or r["probe"] == "mcqa"):
-            rows = by_probe.setdefault(r["probe"], {})
-            rows[r["checkpoint"]] = _merged(rows.get(r["checkpoint"]), r)
+        if r.probe in TABLES or r.probe == "mcqa":
+            by_probe.setdefault(r.probe, {})[r.identity[0]] = r
     blocks = []
     for probe, records in by_probe.items():
         if probe == "mcqa":
             title, names = "MCQA (accuracy, mean over tasks)", [n for n, _, _, _ in MCQA_COLUMNS]
         else:
             table = TABLES[probe]
-            langs = keys.languages_in({k for r in records.values() for k in r["metrics"]}, probe)
+            langs = keys.languages_in({k for r in records.values() for k in r.metrics}, probe)
             cols = [key for _, key in table.headline] + [table.per_language(lang) for lang in langs]
             title, names = table.title, [n for n, _ in table.headline] + langs
         lines = [title, f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(f"{n:>11}" for n in names)]
         for r in _in_step_order(records):
-            m = r["metrics"]
+            m = r.metrics
             values = _mcqa_cells(m) if probe == "mcqa" else [m.get(k) for k in cols]
             lines.append(_row_head(r) + _cells(values))
         if probe == "mcqa" and len(records) > 1:
@@ -126,47 +127,38 @@ def summary(out: Path) -> str:
         if probe == "mcqa":
             lines += _benchmark_lines(records)
         if probe == "level0":
-            lines += _tier_lines(max(records.values(), key=lambda r: r["step"] or 0))
+            lines += _tier_lines(max(records.values(), key=lambda r: r.step or 0))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
-
-
-def _merged(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
-    """One row per (probe, checkpoint): a probe listed twice with other parameters (scored
-    MCQA protocols at every checkpoint, generated ones on a thinner cadence) adds its
-    metrics; a rerun's overwrite."""
-    if old is None or old.get("params") == new.get("params"):
-        return new
-    return {**new, "metrics": {**old["metrics"], **new["metrics"]}}
 
 
 def _cells(values: list[float | None]) -> str:
     return "".join(f"{v:>11.3f}" if v is not None else f"{'-':>11}" for v in values)
 
 
-def _in_step_order(records: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(records.values(), key=lambda r: (r["step"] is None, r["step"] or 0))
+def _in_step_order(records: dict[str, Record]) -> list[Record]:
+    return sorted(records.values(), key=lambda r: (r.step is None, r.step or 0))
 
 
-def _name(record: dict[str, Any]) -> str:
+def _name(record: Record) -> str:
     """A checkpoint's short name: its file or folder (without a ``@revision``)."""
-    return Path(record["checkpoint"].split("@")[0]).name[-28:]
+    return Path(record.checkpoint.split("@")[0]).name[-28:]
 
 
-def _row_head(record: dict[str, Any]) -> str:
+def _row_head(record: Record) -> str:
     """checkpoint, step, tokens seen: the first columns of every row."""
-    tokens = f"{record['tokens_seen']:,}" if record["tokens_seen"] is not None else "-"
-    step = record["step"] if record["step"] is not None else "-"
+    tokens = f"{record.tokens_seen:,}" if record.tokens_seen is not None else "-"
+    step = record.step if record.step is not None else "-"
     return f"{_name(record):<28}{step:>8}{tokens:>12}"
 
 
-def _tier_lines(record: dict[str, Any]) -> list[str]:
+def _tier_lines(record: Record) -> list[str]:
     """V_partial by language and frequency tier at one checkpoint (the last probed): the
     tiers of our eval sets when it has any, then any others a file names (a published file's)."""
-    m = record["metrics"]
+    m = record.metrics
     found = {p[3] for k in m if len(p := k.split("/")) == 5 and keys.probe_of(k) == "level0"} - {"all"}
     tiers = [*(TIERS if found & set(TIERS) else ()), *sorted(found - set(TIERS))]
-    at = f"step {record['step']}" if record["step"] is not None else _name(record)
+    at = f"step {record.step}" if record.step is not None else _name(record)
     lines = [f"{'partial by tier, ' + at:<28}" + "".join(f"{t:>11}" for t in tiers)]
     lines += [
         f"{lang:<28}" + _cells([m.get(keys.level0(lang, t)) for t in tiers])
@@ -175,14 +167,14 @@ def _tier_lines(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _benchmark_lines(records: dict[str, dict[str, Any]]) -> list[str]:
+def _benchmark_lines(records: dict[str, Record]) -> list[str]:
     """One row per checkpoint and benchmark task (a ``datasets`` task, which no task group
     averages): its accuracy under each protocol, and its FSI."""
     rows = []
     for r in _in_step_order(records):
-        for task in keys.mcqa_tasks(r["metrics"]):
+        for task in keys.mcqa_tasks(r.metrics):
             if keys.task_group(task) == task:
-                cells = [r["metrics"].get(analysis.mcqa_key(task, m, p)) for _, p, m in BENCHMARK_COLUMNS]
+                cells = [r.metrics.get(analysis.mcqa_key(task, m, p)) for _, p, m in BENCHMARK_COLUMNS]
                 rows.append(_row_head(r) + f"{task[-16:]:>17}" + _cells(cells))
     if not rows:
         return []
@@ -192,7 +184,7 @@ def _benchmark_lines(records: dict[str, dict[str, Any]]) -> list[str]:
     return ["", "MCQA benchmark tasks (accuracy; cloze norm: per character)", head, *rows]
 
 
-def _mcqa_series_line(records: list[dict[str, Any]]) -> str:
+def _mcqa_series_line(records: list[Record]) -> str:
     """Kendall tau of the checkpoints' rankings under the two space strategies, and how
     much of wrapper accuracy parsability explains (Pearson r, fixed-effects beta)."""
     s = analysis.mcqa_series(records)
@@ -210,6 +202,6 @@ def _mcqa_series_line(records: list[dict[str, Any]]) -> str:
 def add_mcqa_series(out: Path, wandb_run: Any) -> None:
     """``bytecanary probe``'s finish hook: the cross-checkpoint MCQA statistics of ``out``
     into the W&B run's summary, beside the per-checkpoint curves."""
-    mcqa = [r for r in _records(out) if r["probe"] == "mcqa" and r["status"] == "ok"]
+    mcqa = [r for r in _records(out) if r.probe == "mcqa"]
     if len(mcqa) > 1:
         wandb_run.summary.update(analysis.mcqa_series(mcqa))

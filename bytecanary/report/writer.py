@@ -24,6 +24,7 @@ from bytecanary import stats
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_dir, check_output, read_jsonl, warn
+from bytecanary.records import Record, read
 from bytecanary.report import analysis, figures
 from bytecanary.report.analysis import Convergence
 from bytecanary.report.tables import Table, build_tables
@@ -40,7 +41,7 @@ class RunData:
 
     run_dir: Path
     metrics: list[dict[str, Any]]
-    probes: list[dict[str, Any]]
+    probes: list[Record]
     config: dict[str, Any]
 
 
@@ -51,11 +52,11 @@ def load_run(run_dir: str | Path, on_bad: Callable[[str], None] = warn) -> RunDa
     if not metrics_path.is_file():
         raise BytecanaryError(f"{metrics_path}: no such file (is {run_dir} a training run directory?)")
     probes_path = run_dir / "probes.jsonl"
-    records = read_jsonl(probes_path, analysis.record_problem, on_bad) if probes_path.is_file() else []
+    probe_records = read(probes_path, on_bad)
     config_path = run_dir / "config.yaml"
     config = _read_config(config_path) if config_path.is_file() else {}
     metrics = read_jsonl(metrics_path, on_bad=on_bad)
-    return RunData(run_dir, metrics, [r for r in records if r.get("status") == "ok"], config)
+    return RunData(run_dir, metrics, [r for r in probe_records if r.ok], config)
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -66,7 +67,7 @@ def _read_config(path: Path) -> dict[str, Any]:
 def _probe_command(data: RunData, run: str) -> str:
     """``bytecanary probe`` over the run's checkpoints: with the probes and parameters of its
     config when it has them, else with the probes its records name."""
-    names = ",".join(dict.fromkeys(r["probe"] for r in data.probes))
+    names = ",".join(dict.fromkeys(r.probe for r in data.probes))
     if data.config.get("probes"):
         return f"bytecanary probe {run}/checkpoints --config {run}/config.yaml --out {run}/probes.jsonl"
     return f"bytecanary probe {run}/checkpoints --probes {names} --out {run}/probes.jsonl"

@@ -11,14 +11,15 @@ indices averaged with a bootstrap CI over tasks ("Format Sensitivity Index", arX
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from bytecanary.probes.mcqa import metrics, wrappers
-from bytecanary.probes.mcqa.views import View
 
 from bytecanary import keys, stats
+from bytecanary.probes.mcqa import metrics, wrappers
+from bytecanary.probes.mcqa.generation import Grades
+from bytecanary.probes.mcqa.views import View
 
 MATCHED_DELTA_TOK = 0.05  # an item is token-matched when its wrappers' lengths differ by <= 5%
 
@@ -37,31 +38,29 @@ class TaskMetrics:
 
 
 def generative_metrics(
-    graded: dict[str, np.ndarray], views: Sequence[View], base: list[int], generated: Sequence[str]
+    grades: Mapping[str, Grades], views: Sequence[View], base: list[int]
 ) -> dict[str, dict[str, float]]:
     """Per generative protocol, the metrics of the views ``base``."""
     answers = np.array([views[i].item.answer for i in base])
     out = {}
-    for p in generated:
+    for p, g in grades.items():
         if p == keys.DASHED:
-            out[p] = metrics.generated_metrics(graded[p][base], answers, rules=graded[f"{p}/rule"][base])
+            out[p] = metrics.generated_metrics(g.predicted[base], answers, rules=g.rule[base])
         else:
-            out[p] = metrics.generated_metrics(
-                graded[p][base], answers, normalised=graded[f"{p}/normalised"][base]
-            )
-            out[p]["prompt_tokens"] = float(graded[f"{p}/tokens"][base].mean())
+            out[p] = metrics.generated_metrics(g.predicted[base], answers, normalised=g.normalised[base])
+            out[p]["prompt_tokens"] = float(g.prompt_tokens[base].mean())
     return out
 
 
 def wrapper_indices(
-    graded: dict[str, np.ndarray], views: Sequence[View], base: list[int], families: list[str], seed: int
+    grades: Mapping[str, Grades], views: Sequence[View], base: list[int], families: list[str], seed: int
 ) -> dict[str, float]:
     """FSI / PSI / nFSI of one task: strict with bootstrap CIs, normalised, and on the
     token-matched subset with its own CIs; the median Delta_tok and the matched share."""
     answers = np.array([views[i].item.answer for i in base])[:, None, None]
-    strict = np.stack([graded[f][base] for f in families], axis=1)  # (items, wrappers, seeds)
-    normalised = np.stack([graded[f"{f}/normalised"][base] for f in families], axis=1)
-    tokens = np.stack([graded[f"{f}/tokens"][base] for f in families], axis=1)
+    strict = np.stack([grades[f].predicted[base] for f in families], axis=1)  # (items, wrappers, seeds)
+    normalised = np.stack([grades[f].normalised[base] for f in families], axis=1)
+    tokens = np.stack([grades[f].prompt_tokens[base] for f in families], axis=1)
     m = wrappers.sensitivity(strict == answers, strict >= 0, seed=seed)
     loose = wrappers.sensitivity(normalised == answers, normalised >= 0, n_resamples=0)
     m.update({f"{k}_normalised": loose[k] for k in keys.WRAPPER_INDICES})
@@ -75,11 +74,11 @@ def wrapper_indices(
 
 
 def wrapper_wins(
-    graded: dict[str, np.ndarray], views: Sequence[View], base: list[int], families: list[str]
+    grades: Mapping[str, Grades], views: Sequence[View], base: list[int], families: list[str]
 ) -> dict[str, float]:
     """1.0 for each wrapper protocol with the task's best strict accuracy, else 0.0."""
     answers = np.array([views[i].item.answer for i in base])[:, None, None]
-    strict = np.stack([graded[f][base] for f in families], axis=1)
+    strict = np.stack([grades[f].predicted[base] for f in families], axis=1)
     acc = (strict == answers).mean(axis=(0, 2))
     return {f: float(a == acc.max()) for f, a in zip(families, acc, strict=True)}
 
@@ -88,12 +87,12 @@ def task_metrics(
     task: str,
     views: Sequence[View],
     per_view: dict[str, list[np.ndarray]],
-    graded: dict[str, np.ndarray],
-    generated: Sequence[str],
+    grades: Mapping[str, Grades],
     permutations: bool,
     seed: int,
 ) -> TaskMetrics:
-    """Every metric of one task (``per_view``: the scored protocols' log-likelihoods)."""
+    """Every metric of one task (``per_view``: the scored protocols' log-likelihoods;
+    ``grades``: the generative protocols')."""
     by_rotation: dict[int, list[int]] = {}
     for i, v in enumerate(views):
         if v.item.task == task:
@@ -116,7 +115,7 @@ def task_metrics(
             out.protocols[p]["acc_perm_spread"] = float(max(accs) - min(accs))
     with_answers = [i for i in base if views[i].prompts]
     if with_answers:
-        out.protocols.update(generative_metrics(graded, views, with_answers, generated))
+        out.protocols.update(generative_metrics(grades, views, with_answers))
     if task.startswith("nonsenseqa"):
         chance = float(np.mean([1 / len(views[i].item.choices) for i in base]))
         for m in out.protocols.values():
@@ -126,10 +125,10 @@ def task_metrics(
         a = metrics.letter_correct([per_view[keys.SEPARATE][i] for i in base], answers)
         b = metrics.letter_correct([per_view[keys.MERGED][i] for i in base], answers)
         out.task["mcnemar_p"] = stats.mcnemar_exact(a, b)
-    families = [p for p in generated if p.startswith(keys.WRAPPER)]
+    families = [p for p in grades if p.startswith(keys.WRAPPER)]
     if len(families) > 1 and with_answers:
-        out.task.update(wrapper_indices(graded, views, with_answers, families, seed))
-        for f, win in wrapper_wins(graded, views, with_answers, families).items():
+        out.task.update(wrapper_indices(grades, views, with_answers, families, seed))
+        for f, win in wrapper_wins(grades, views, with_answers, families).items():
             out.protocols[f]["win"] = win
     out.task["n"] = float(len(base))
     return out
@@ -156,14 +155,13 @@ def across_tasks(per_task: dict[str, TaskMetrics]) -> dict[str, float]:
 def mcqa_metrics(
     views: Sequence[View],
     per_view: dict[str, list[np.ndarray]],
-    graded: dict[str, np.ndarray],
-    generated: Sequence[str],
+    grades: Mapping[str, Grades],
     permutations: bool,
     seed: int,
 ) -> dict[str, float]:
     """The probe's metric dict: every task's, then the averages across tasks."""
     tasks = sorted({v.item.task for v in views})
-    per_task = {t: task_metrics(t, views, per_view, graded, generated, permutations, seed) for t in tasks}
+    per_task = {t: task_metrics(t, views, per_view, grades, permutations, seed) for t in tasks}
     out: dict[str, float] = {}
     for task, result in per_task.items():
         out.update(result.keyed(task))

@@ -32,46 +32,49 @@ generation at max_tokens=24 (section 3.4); the Matched-and-Dashed (M&D) vs
 Select-and-Letter paper generates instruct models' full responses at temperature 0.6,
 top-k 20 (section 2.2). A base model has no end of its own, and on its 24 tokens the
 stop mostly spares decoding that grading would ignore or, worse, read from an item the
-model made up. ``stop=False`` decodes every answer to eos or ``max_new_tokens`` (v3).
+model made up. ``stop=False`` decodes every answer to eos or ``max_new_tokens``, as the
+papers do.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from bytecanary.probes.engine import Sampling, cut_at_stop, generate
+
+from bytecanary import keys
+from bytecanary.bytecodec import ByteCodec
+from bytecanary.probes.common import context_size, pad_id
+from bytecanary.probes.engine import Decoding, Sampling, cut_at_stop, generate
 from bytecanary.probes.mcqa import dashed, wrappers
 from bytecanary.probes.mcqa.dashed import Matcher, extract
 from bytecanary.probes.mcqa.views import View
 
-from bytecanary import keys
-from bytecanary.bytecodec import ByteCodec
+
+@dataclass(frozen=True)
+class Answering:
+    """How the generative protocols decode their answers."""
+
+    protocols: Sequence[str]  # the generative protocols: the texts' axis 1, in this order
+    samplings: Sequence[Sampling]  # one run each (axis 2): greedy, or a seeded sampled run
+    max_new_tokens: int
+    batch_size: int  # views per batch: the batches ``shard_indices`` dealt
+    stop: bool = True  # each answer ends at its protocol's stop strings
 
 
-def generate_answers(
-    model: Any,
-    tokenizer: Any,
-    views: Sequence[View],
-    protocols: Sequence[str],
-    samplings: Sequence[Sampling],
-    max_new_tokens: int,
-    batch_size: int,
-    pad: int,
-    n_ctx: int,
-    stop: bool = True,
-) -> np.ndarray:
+def generate_answers(model: Any, tokenizer: Any, views: Sequence[View], answering: Answering) -> np.ndarray:
     """(views, protocols, samplings) decoded text; "" where a view has no prompt (rotated
-    views, items past the generative limit). ``views`` are this rank's, batch by batch;
-    ``stop``: each answer ends at its protocol's stop strings."""
-    codec = ByteCodec.from_tokenizer(tokenizer)
+    views, items past the generative limit). ``views`` are this rank's, batch by batch."""
+    codec, pad = ByteCodec.from_tokenizer(tokenizer), pad_id(tokenizer)
+    n_ctx, max_new_tokens, protocols = context_size(model), answering.max_new_tokens, answering.protocols
     keep = max(1, n_ctx - max_new_tokens) if n_ctx else None
-    texts = np.full((len(views), len(protocols), len(samplings)), "", dtype=object)
-    for s, sampling in enumerate(samplings):
-        for vlo in range(0, len(views), batch_size):  # the view batches shard_indices dealt
-            rows = range(vlo, min(vlo + batch_size, len(views)))
+    texts = np.full((len(views), len(protocols), len(answering.samplings)), "", dtype=object)
+    for s, sampling in enumerate(answering.samplings):
+        for vlo in range(0, len(views), answering.batch_size):  # the view batches shard_indices dealt
+            rows = range(vlo, min(vlo + answering.batch_size, len(views)))
             batch = [(v, p) for v in rows for p in views[v].prompts]  # every protocol at once
             if not batch:
                 continue
@@ -79,19 +82,9 @@ def generate_answers(
             key = f"{sampling.seed}|{first.task}|{first.question}".encode()
             seeded = Sampling(sampling.temperature, sampling.top_k, seed=zlib.crc32(key))
             prompts = [views[v].prompts[p][-keep:] if keep else views[v].prompts[p] for v, p in batch]
-            stops = [stop_strings(p) if stop else () for _, p in batch]
-            gen = generate(
-                model,
-                prompts,
-                max_new_tokens,
-                tokenizer.eos_token_id,
-                pad,
-                len(batch),
-                seeded,
-                score_prompt=False,
-                stops=stops,
-                codec=codec,
-            )
+            stops = [stop_strings(p) if answering.stop else () for _, p in batch]
+            decoding = Decoding(max_new_tokens, tokenizer.eos_token_id, pad, len(batch), seeded)
+            gen = generate(model, prompts, decoding, score_prompt=False, stops=stops, codec=codec)
             for row, (v, p) in enumerate(batch):
                 ids = gen.tokens[row, : gen.lengths[row]].tolist()
                 if ids and ids[-1] == tokenizer.eos_token_id:
@@ -107,14 +100,32 @@ def stop_strings(protocol: str) -> tuple[bytes, ...]:
     return tuple(s.encode() for s in (dashed.STOPS if protocol == keys.DASHED else wrappers.STOPS[family]))
 
 
+@dataclass(frozen=True)
+class Grades:
+    """One generative protocol's grades per (view, sampling run); an option index, -1: none."""
+
+    predicted: np.ndarray  # (views, runs) the strict reading's option (M&D: the matched one)
+    normalised: np.ndarray  # (views, runs) the normalised reading's option (M&D: the same)
+    rule: np.ndarray  # (views, runs) the M&D rule that fired; "" for the wrappers
+    prompt_tokens: np.ndarray  # (views,) the prompt's length in tokens; 0 where none was generated
+
+
+@dataclass(frozen=True)
+class GradedAnswers:
+    """Every generative protocol's answers and their grades."""
+
+    texts: np.ndarray  # (views, protocols, runs) the answers as decoded
+    by_protocol: dict[str, Grades]  # in the order of the texts' protocol axis
+
+
 def grade(
     views: Sequence[View], texts: np.ndarray, protocols: Sequence[str], matcher: Matcher
-) -> dict[str, np.ndarray]:
-    """Per (view, sampling): the predicted option (-1: none) of every generative protocol
-    (``<protocol>``), its normalised prediction (``/normalised``), the M&D rule that fired
-    (``/rule``), and per view the prompt length in tokens (``/tokens``); ``text`` as given."""
+) -> GradedAnswers:
+    """Every view's answers under each of ``protocols`` (the texts' axis 1) read as options:
+    M&D extracts a text by its rule hierarchy and matches it; a wrapper reads its strict
+    and its normalised format."""
     n, runs = len(views), texts.shape[2]
-    graded: dict[str, np.ndarray] = {"text": texts}
+    by_protocol = {}
     for j, p in enumerate(protocols):
         pred = np.full((n, runs), -1)
         norm = np.full((n, runs), -1)
@@ -132,6 +143,6 @@ def grade(
                     text = wrappers.response(family, texts[i, j, s])
                     pred[i, s] = wrappers.extract_strict(family, text, len(choices))
                     norm[i, s] = wrappers.extract_normalised(family, text, choices)
-        graded[p], graded[f"{p}/normalised"], graded[f"{p}/rule"] = pred, norm, rule
-        graded[f"{p}/tokens"] = np.array([len(v.prompts.get(p, ())) for v in views])
-    return graded
+        tokens = np.array([len(v.prompts.get(p, ())) for v in views])
+        by_protocol[p] = Grades(pred, norm, rule, tokens)
+    return GradedAnswers(texts, by_protocol)

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bytecanary.probes.mcqa.views import View
 
 from bytecanary import keys
+from bytecanary.probes.mcqa.generation import GradedAnswers
+from bytecanary.probes.mcqa.views import View
 
 
 def write_item_records(
@@ -27,11 +28,12 @@ def write_item_records(
     context: dict[str, Any],
     views: Sequence[View],
     per_view: dict[str, list[np.ndarray]],
-    graded: dict[str, np.ndarray],
-    generated: Sequence[str],
+    graded: GradedAnswers | None,
 ) -> None:
     """Append one line per view and protocol to ``path`` (``per_view``: the scored
-    protocols' log-likelihoods); (checkpoint, task, protocol, item_id, rotation) names a line."""
+    protocols' log-likelihoods; ``graded``: the generative ones' answers, None without any);
+    (checkpoint, task, protocol, item_id, rotation) names a line."""
+    generated = list(graded.by_protocol) if graded is not None else []
     with open(path, "a", encoding="utf-8") as f:
         for i, v in enumerate(views):
             item: dict[str, Any] = {
@@ -56,14 +58,15 @@ def write_item_records(
                     }
                 )
             for j, p in enumerate(generated if v.prompts else []):
+                g = graded.by_protocol[p]
                 row = {
                     "protocol": p,
-                    "generated": list(graded["text"][i, j]),
-                    "prediction": graded[p][i].tolist(),
-                    "prediction_normalised": graded[f"{p}/normalised"][i].tolist(),
+                    "generated": list(graded.texts[i, j]),
+                    "prediction": g.predicted[i].tolist(),
+                    "prediction_normalised": g.normalised[i].tolist(),
                     "prompt_tokens": len(v.prompts[p]),
                 }
                 if p == keys.DASHED:
-                    row["rule"] = list(graded[f"{p}/rule"][i])
+                    row["rule"] = list(g.rule[i])
                 rows.append(row)
             f.writelines(json.dumps({**item, **row}, ensure_ascii=False) + "\n" for row in rows)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from bytecanary.probes.mcqa.dashed import RULES
 
 from bytecanary import stats
+from bytecanary.probes.mcqa.dashed import RULES
 
 
 def _softmax(ll: np.ndarray) -> np.ndarray:

@@ -12,13 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bytecanary import keys
+from bytecanary.bytecodec import ByteCodec
 from bytecanary.probes.mcqa import wrappers
 from bytecanary.probes.mcqa.encoding import encode_pair, letter_merged, letter_separate
 from bytecanary.probes.mcqa.prompts import dashed, labels, render, rotate
 from bytecanary.probes.mcqa.tasks import McqaItem
-
-from bytecanary import keys
-from bytecanary.bytecodec import ByteCodec
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
-from bytecanary.probes.mcqa.prompts import content, labels
-from bytecanary.probes.mcqa.tasks import McqaItem
 
 from bytecanary import stats
+from bytecanary.probes.mcqa.prompts import content, labels
+from bytecanary.probes.mcqa.tasks import McqaItem
 
 # family (keys.WRAPPER_FAMILIES) -> (template with {content} and {pad}, opening of the answer, answer key)
 _WRAPPERS: dict[str, tuple[str, str, str]] = {

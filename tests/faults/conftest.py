@@ -33,7 +33,6 @@ def bytecanary(*args: str, prelude: str = "", preexec=None) -> subprocess.Comple
         text=True,
         env={**os.environ, **QUIET},
         preexec_fn=preexec,
-        timeout=300,
     )
 
 

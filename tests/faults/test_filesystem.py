@@ -6,9 +6,9 @@ import resource
 import shutil
 
 import pytest
-from bytecanary.train.checkpointing import export
 
 from bytecanary.cli import main
+from bytecanary.train.checkpointing import export
 
 from ..conftest import write_config
 from .conftest import bytecanary, copy_run, digests, last_error, one_error

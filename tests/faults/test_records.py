@@ -8,18 +8,21 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from bytecanary.probes.records import read_records
 
 from bytecanary.cli import main
+from bytecanary.records import read as read_records
 
 from ..report.runs import make_run
 from .conftest import QUIET, ROOT, bytecanary, command, micro_config, one_error
 
-PROBES = [{"name": "level0", "per_language": 2}, {"name": "level1", "per_language": 2}]
+PROBES = [
+    {"name": "level0", "trial": True, "per_language": 2},
+    {"name": "level1", "trial": True, "per_language": 2},
+]
 
 
 def _counts(out) -> Counter:
-    return Counter((r["checkpoint"], r["probe"]) for r in read_records(out))
+    return Counter((r.checkpoint, r.probe) for r in read_records(out))
 
 
 @pytest.mark.slow
@@ -36,8 +39,8 @@ def test_sigkill_inside_the_probe_callback_then_resume_gives_every_record_once(t
     resumed = bytecanary(*args, "--run.resume", "true", prelude=prelude)
     assert resumed.returncode == 0 and "Traceback" not in resumed.stderr, resumed.stderr[-3000:]
     rows = read_records(run / "probes.jsonl")
-    assert all(r["status"] == "ok" for r in rows)
-    assert sorted({r["step"] for r in rows}) == [4, 8, 12]
+    assert all(r.status == "ok" for r in rows)
+    assert sorted({r.step for r in rows}) == [4, 8, 12]
     counts = _counts(run / "probes.jsonl")
     assert len(counts) == 9 and set(counts.values()) == {1}  # 3 checkpoints x 3 probes, each once
 
@@ -83,7 +86,7 @@ def test_two_probe_processes_on_one_out_write_no_duplicates(trained, tmp_path, p
         for _ in range(2)
     ]
     for proc in procs:
-        _, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=3000)  # a deadlock fails, not hangs CI
         assert proc.returncode == 0 and "Traceback" not in err, err[-3000:]
     counts = _counts(out)
     assert len(counts) == 4 and set(counts.values()) == {1}  # 2 checkpoints x 2 probes, once each
@@ -103,7 +106,7 @@ def test_an_empty_eval_set_is_an_error_before_any_record(trained, tmp_path, smal
     config.write_text(json.dumps({"probes": [PROBES[0]]}))
     assert _probe(ckpt, "--config", str(config), "--out", str(out)) == 0  # the real set: done now
     (row,) = read_records(out)
-    assert row["status"] == "ok" and row["metrics"]
+    assert row.status == "ok" and row.metrics
 
 
 def test_report_reads_past_a_corrupt_line_and_a_malformed_record(tmp_path, capsys):

@@ -3,10 +3,10 @@
 import math
 
 import pytest
-from bytecanary.probes import build_probes, validate_specs
-from bytecanary.probes.cadence import Cadence, parse_cadence
 
 from bytecanary.errors import BytecanaryError
+from bytecanary.probes import build_probes, validate_specs
+from bytecanary.probes.cadence import Cadence
 
 # configs/tiny.yaml's schedule: log-spaced to 64, then every 100 to 1000
 TINY = [1, 2, 4, 8, 16, 32, 64, *range(100, 1001, 100)]
@@ -58,16 +58,14 @@ def test_fires_are_fewer_with_a_thinner_cadence():
     "value, message",
     [
         ({"every": 0}, "every must be an integer >= 1"),
-        ({"every": "2"}, "every must be an integer >= 1"),
+        ({"every": "often"}, "parameter 'every': expected int, got 'often'"),
         ({"log_base": 1}, "log_base must be a number > 1"),
         ({"every": 2, "log_base": 4}, "choose one of every and log_base"),
-        ({"evry": 2}, "unknown field 'evry'"),
+        ({"evry": 2}, r"unknown parameter 'evry' \(did you mean 'every'\?\)"),
         (4, "expected a mapping"),
     ],
 )
 def test_bad_cadence_is_one_line(value, message):
-    with pytest.raises(ValueError, match=message):
-        parse_cadence(value)
     with pytest.raises(BytecanaryError, match=rf"^conf.yaml: probes: level0: cadence: .*{message}"):
         validate_specs([{"name": "level0", "cadence": value}], source="conf.yaml")
 

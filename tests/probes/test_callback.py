@@ -1,23 +1,24 @@
 """The probe callback: fires after each checkpoint, records failures with the probe's version
 and fingerprint, refuses a bad spec before training, DDP equals 1 process."""
 
-from pathlib import Path
-
 import lightning as L
 import pytest
 import yaml
+
+from bytecanary.checkpoints import checkpoint_data_dir, load_gpt2, tokenizer_dir
+from bytecanary.errors import BytecanaryError
 from bytecanary.probes import get_probe
 from bytecanary.probes.callback import ProbeCallback
-from bytecanary.probes.records import read_records
+from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import Probe
+from bytecanary.probes.runner import probe_targets
+from bytecanary.probes.targets import Loader, Target, resolve
+from bytecanary.records import read as read_records
 from bytecanary.train.checkpointing import ScheduledCheckpoint
 from bytecanary.train.datamodule import ShardDataModule
 from bytecanary.train.loggers import JsonlLogger, read_metrics
 from bytecanary.train.model import ArchConfig
 from bytecanary.train.module import ByteLM
-
-from bytecanary.checkpoints import checkpoint_data_dir, load_gpt2, step_of, tokenizer_dir
-from bytecanary.errors import BytecanaryError
 
 from ..conftest import DDP_2_CPU, run_train
 
@@ -54,20 +55,22 @@ def _fit(
 
 
 def test_failing_probe_is_recorded_and_training_goes_on(tmp_path, small_data):
-    trainer, module = _fit(tmp_path, small_data, [Exploding(), {"name": "level0", "per_language": 2}])
+    trainer, module = _fit(
+        tmp_path, small_data, [Exploding(), {"name": "level0", "trial": True, "per_language": 2}]
+    )
     assert trainer.global_step == 4
     rows = read_records(tmp_path / "probes.jsonl")
-    assert [(r["step"], r["probe"], r["status"]) for r in rows] == [
+    assert [(r.step, r.probe, r.status) for r in rows] == [
         (2, "exploding", "failed"),
         (2, "level0", "ok"),
         (4, "exploding", "failed"),
         (4, "level0", "ok"),
     ]
-    assert rows[0]["error"] == "ValueError: boom" and rows[0]["metrics"] == {}
-    level0 = get_probe("level0", per_language=2)
-    assert (rows[1]["version"], rows[1]["params"]) == (1, level0.fingerprint(small_data))
-    assert rows[1]["checkpoint"] == str((tmp_path / "checkpoints" / "step0000002.safetensors").resolve())
-    assert rows[3]["tokens_seen"] == 4 * 4 * 32
+    assert rows[0].error == "ValueError: boom" and rows[0].metrics == {}
+    level0 = get_probe("level0", trial=True, per_language=2)
+    assert (rows[1].version, rows[1].params) == (1, level0.fingerprint(small_data))
+    assert rows[1].checkpoint == str((tmp_path / "checkpoints" / "step0000002.safetensors").resolve())
+    assert rows[3].tokens_seen == 4 * 4 * 32
     assert module.model.training  # train mode restored
 
 
@@ -86,8 +89,8 @@ def test_strict_makes_a_failing_probe_fatal(tmp_path, small_data):
 
 
 PROBES = [
-    {"name": "level0", "per_language": 6, "batch_size": 8},
-    {"name": "level1", "per_language": 4, "batch_size": 8},
+    {"name": "level0", "trial": True, "per_language": 6, "batch_size": 8},
+    {"name": "level1", "trial": True, "per_language": 4, "batch_size": 8},
 ]
 
 
@@ -108,11 +111,11 @@ def test_ddp_probes_equal_a_single_process_run(micro, tmp_path):
     run_train(micro, *args, *DDP_2_CPU)
     run = tmp_path / "runs" / "ddp"
     rows = read_records(run / "probes.jsonl")
-    assert [(r["step"], r["probe"], r["status"]) for r in rows] == [
+    assert [(r.step, r.probe, r.status) for r in rows] == [
         (4, "level0", "ok"),
         (4, "level1", "ok"),
     ]
-    path = rows[0]["checkpoint"]
+    path = rows[0].checkpoint
     assert path.endswith("step0000004.safetensors")
     meta, model = load_gpt2(path)
     from transformers import AutoTokenizer
@@ -120,10 +123,10 @@ def test_ddp_probes_equal_a_single_process_run(micro, tmp_path):
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(meta, path)))
     for spec, row in zip(PROBES, rows, strict=True):
         params = {k: v for k, v in spec.items() if k != "name"}
-        single = get_probe(spec["name"], **params).run(model, tok, data_dir=checkpoint_data_dir(meta, path))
-        assert single.keys() == row["metrics"].keys()
+        single = get_probe(spec["name"], **params).run(model, tok, data_dir=checkpoint_data_dir(meta))
+        assert single.keys() == row.metrics.keys()
         for key, value in single.items():
-            assert row["metrics"][key] == pytest.approx(value, rel=1e-6, abs=1e-6), key
+            assert row.metrics[key] == pytest.approx(value, rel=1e-6, abs=1e-6), key
     # the probe metrics sit beside val/ppl in metrics.jsonl and in the W&B offline run
     metrics = read_metrics(run / "metrics.jsonl")
     assert any("probe/level0/all/all/partial" in r and r["tokens_seen"] == 4 * 8 * 32 * 2 for r in metrics)
@@ -135,52 +138,58 @@ def test_ddp_probes_equal_a_single_process_run(micro, tmp_path):
 
 
 def test_token_schedule_fires_between_checkpoints(tmp_path, small_data):
-    _fit(tmp_path, small_data, [{"name": "level0", "per_language": 1}], every_tokens=128)
+    _fit(tmp_path, small_data, [{"name": "level0", "trial": True, "per_language": 1}], every_tokens=128)
     rows = read_records(tmp_path / "probes.jsonl")
-    assert [r["step"] for r in rows] == [1, 2, 3, 4]  # 128 tokens a step; checkpoints at 2 and 4
-    assert [r["checkpoint"] is None for r in rows] == [True, False, True, False]
+    assert [r.step for r in rows] == [1, 2, 3, 4]  # 128 tokens a step; checkpoints at 2 and 4
+    assert [r.checkpoint is None for r in rows] == [True, False, True, False]
 
 
 def test_fires_probe_the_weights_file_in_one_reused_model(tmp_path, small_data, monkeypatch):
     """The callback's numbers are those of the weights file just written (what ``bytecanary
     probe`` reads later), loaded into one probe model that every fire reuses."""
-    from bytecanary.probes.runner import Loaded, Target, probe_one
-
     models = []
-    real = ProbeCallback._load
+    real = Loader.load
 
-    def spy(self, path, device):
-        meta, model = real(self, path, device)
-        models.append(model)
-        return meta, model
+    def spy(self, target):
+        loaded = real(self, target)
+        models.append(loaded.model)
+        return loaded
 
-    monkeypatch.setattr(ProbeCallback, "_load", spy)
-    spec = {"name": "level0", "per_language": 2}
+    monkeypatch.setattr(Loader, "load", spy)
+    spec = {"name": "level0", "trial": True, "per_language": 2}
     _fit(tmp_path, small_data, [spec])
     assert len(models) == 2 and models[0] is models[1] and not models[0].training
     row = read_records(tmp_path / "probes.jsonl")[-1]
-    meta, model = load_gpt2(row["checkpoint"])
-    from transformers import AutoTokenizer
+    monkeypatch.undo()
+    pipeline = Pipeline([get_probe("level0", trial=True, per_language=2)], tmp_path / "again.jsonl")
+    (again,) = pipeline.probe(Loader("cpu"), Target.file(row.checkpoint), [0])
+    assert (again.step, again.tokens_seen, again.params) == (row.step, row.tokens_seen, row.params)
+    assert (again.step, again.tokens_seen) == (4, 4 * 4 * 32)
+    assert again.metrics == row.metrics
 
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir(meta, row["checkpoint"])))
-    loaded = Loaded(model, tok, small_data, meta["step"], meta["tokens_seen"])
-    probe = get_probe("level0", per_language=2)
-    prepared = probe.prepare(tok, small_data)
-    target = Target(row["checkpoint"], row["checkpoint"], "file")
-    again = probe_one(target, loaded, probe, prepared, row["params"])
-    assert (again["step"], again["tokens_seen"]) == (row["step"], row["tokens_seen"]) == (4, 4 * 4 * 32)
-    assert again["metrics"] == row["metrics"]
+
+def test_the_callback_and_bytecanary_probe_fail_a_probe_alike(tmp_path, small_data):
+    """One failure policy: the same raising probe gives the same failed record in training
+    and from ``bytecanary probe``'s path on the same weights file."""
+    _fit(tmp_path, small_data, [Exploding()])
+    in_training = read_records(tmp_path / "probes.jsonl")[-1]
+    pipeline = Pipeline([Exploding()], tmp_path / "after.jsonl")
+    (after,) = probe_targets(pipeline, Loader("cpu"), resolve([in_training.checkpoint]))
+    assert after.status == in_training.status == "failed"
+    same = ("checkpoint", "step", "tokens_seen", "probe", "version", "params", "error", "metrics", "schema")
+    assert [getattr(after, f) for f in same] == [getattr(in_training, f) for f in same]
+    assert read_records(tmp_path / "after.jsonl") == [after]
 
 
 def test_a_cadence_picks_its_checkpoints_in_training_and_in_catch_up(tmp_path, small_data):
-    every = {"name": "level0", "per_language": 2}
-    thin = {"name": "level0", "per_language": 1, "cadence": {"every": 2}}
+    every = {"name": "level0", "trial": True, "per_language": 2}
+    thin = {"name": "level0", "trial": True, "per_language": 1, "cadence": {"every": 2}}
     logger = JsonlLogger(tmp_path / "metrics.jsonl")
     trainer, _ = _fit(tmp_path, small_data, [every, thin], max_steps=6, every_n_steps=1, logger=logger)
     rows = read_records(tmp_path / "probes.jsonl")
-    assert all(r["status"] == "ok" for r in rows)
-    fired = [(r["step"], r["params"]) for r in rows]
-    plain, sparse = (get_probe("level0", per_language=n).fingerprint(small_data) for n in (2, 1))
+    assert all(r.status == "ok" for r in rows)
+    fired = [(r.step, r.params) for r in rows]
+    plain, sparse = (get_probe("level0", trial=True, per_language=n).fingerprint(small_data) for n in (2, 1))
     # planned checkpoints 1..6: every 2nd from the first (1, 3, 5) and always the last (6)
     assert [s for s, p in fired if p == plain] == [1, 2, 3, 4, 5, 6]
     assert [s for s, p in fired if p == sparse] == [1, 3, 5, 6]
@@ -188,13 +197,11 @@ def test_a_cadence_picks_its_checkpoints_in_training_and_in_catch_up(tmp_path, s
     cost = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "perf/probe_seconds/level0" in r]
     assert [r["step"] for r in cost] == [1, 2, 3, 4, 5, 6]
     for r in cost:
-        want = sum(x["seconds"] for x in rows if x["step"] == r["step"])
+        want = sum(x.seconds for x in rows if x.step == r["step"])
         assert r["perf/probe_seconds/level0"] == pytest.approx(want, abs=1e-3)
         assert r["tokens_seen"] == r["step"] * 4 * 32
     # a restart catches up only what the cadence asks for
     (tmp_path / "probes.jsonl").unlink()
     callback = next(c for c in trainer.callbacks if isinstance(c, ProbeCallback))
-    missing = {
-        step_of(Path(path).name): indices for path, indices in callback._missing(tmp_path / "checkpoints")
-    }
+    missing = {target.step_hint: indices for target, indices in callback.missing(tmp_path / "checkpoints")}
     assert missing == {1: [0, 1], 2: [0], 3: [0, 1], 4: [0], 5: [0, 1], 6: [0, 1]}

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+
+from bytecanary.errors import BytecanaryError
 from bytecanary.probes import PROBES, build_probes, get_probe, validate_specs
 from bytecanary.probes.common import context_size, eval_set_files, merge_shards, pad_id, shard_indices
 from bytecanary.probes.level0 import Level0Probe
 from bytecanary.probes.registry import Probe
-
-from bytecanary.errors import BytecanaryError
 
 
 def test_batches_are_dealt_whole_to_ranks():

@@ -7,15 +7,17 @@ import json
 
 import numpy as np
 import pytest
-from bytecanary.probes import PROBES, build_probes
 
 from bytecanary import keys
+from bytecanary.probes import PROBES, build_probes
+from bytecanary.probes.registry import NO_CONTEXT
 
 # small settings per probe, to keep the battery fast; a new probe runs with its defaults
 SMALL = {
-    "level0": {"per_language": 2, "batch_size": 4},
-    "level1": {"per_language": 2, "batch_size": 4},
+    "level0": {"trial": True, "per_language": 2, "batch_size": 4},
+    "level1": {"trial": True, "per_language": 2, "batch_size": 4},
     "mcqa": {
+        "trial": True,
         "embedded_per_language": 3,
         "nonsense_per_language": 3,
         "languages": ["en", "zh"],
@@ -35,12 +37,12 @@ def test_probe_contract(name, wide_model, byte_fallback_tokenizer, small_data, t
     assert probe.fingerprint(small_data) == build_probes([spec])[0].fingerprint(small_data)
 
     prepared = probe.prepare(tok, small_data)
-    single = probe.aggregate(prepared, [probe.compute(wide_model, tok, prepared)])
+    single = probe.aggregate(prepared, [probe.compute(wide_model, tok, prepared)], NO_CONTEXT)
     rows = [json.loads(line) for line in records.read_text(encoding="utf-8").splitlines()]
     assert rows and all(r["probe"] == name for r in rows)
 
     shards = [probe.compute(wide_model, tok, prepared, rank=r, world=2) for r in range(2)]
-    np.testing.assert_equal(probe.aggregate(prepared, shards), single)  # nan == nan
+    np.testing.assert_equal(probe.aggregate(prepared, shards, NO_CONTEXT), single)  # nan == nan
 
     assert single, "at least one metric"
     assert all(k.startswith(f"probe/{name}/") for k in single)

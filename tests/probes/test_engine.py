@@ -3,12 +3,16 @@
 import numpy as np
 import pytest
 import torch
-from bytecanary.probes.engine import Sampling, StopStrings, cut_at_stop, generate
 from transformers.cache_utils import Cache
 
 from bytecanary.bytecodec import ByteCodec
+from bytecanary.probes.engine import Decoding, Sampling, StopStrings, cut_at_stop, generate
 
 from .conftest import generate_alone
+
+
+def _decoding(tok, max_new_tokens: int, batch_size: int = 64, sampling: Sampling | None = None) -> Decoding:
+    return Decoding(max_new_tokens, tok.eos_token_id, tok.pad_token_id, batch_size, sampling or Sampling())
 
 
 def _assert_equals_alone(out, model, prompts, max_new_tokens, tok, stops=None):
@@ -30,8 +34,8 @@ def test_engine_tokens_equal_generate_on_each_prompt_alone(random_model, byte_fa
     tok = byte_fallback_tokenizer
     rng = np.random.default_rng(0)
     prompts = [rng.integers(4, len(tok), rng.integers(1, 12)).tolist() for _ in range(40)]
-    out = generate(random_model, prompts, 6, tok.eos_token_id, tok.pad_token_id, batch_size=16)
-    bare = generate(random_model, prompts, 6, tok.eos_token_id, tok.pad_token_id, 16, score_prompt=False)
+    out = generate(random_model, prompts, _decoding(tok, 6, batch_size=16))
+    bare = generate(random_model, prompts, _decoding(tok, 6, 16), score_prompt=False)
     assert np.array_equal(bare.tokens, out.tokens) and np.allclose(bare.logprobs, out.logprobs, atol=1e-5)
     _assert_equals_alone(out, random_model, prompts, 6, tok)
 
@@ -70,24 +74,20 @@ def test_stop_strings_equal_generate_on_each_prompt_alone(random_model, byte_fal
     rng = np.random.default_rng(1)
     end = int(codec.byte_ids[1])
     prompts = [[*rng.integers(4, len(tok), rng.integers(0, 10)).tolist(), end] for _ in range(40)]
-    free = generate(random_model, prompts, 12, tok.eos_token_id, tok.pad_token_id, 16)
+    free = generate(random_model, prompts, _decoding(tok, 12, 16))
     stops = _stops_for(free, codec, rng)
     compactions = []
     reorder = Cache.reorder_cache
     monkeypatch.setattr(
         Cache, "reorder_cache", lambda self, idx: compactions.append(len(idx)) or reorder(self, idx)
     )
-    out = generate(
-        random_model, prompts, 12, tok.eos_token_id, tok.pad_token_id, 16, stops=stops, codec=codec
-    )
+    out = generate(random_model, prompts, _decoding(tok, 12, 16), stops=stops, codec=codec)
     assert compactions and (out.lengths < free.lengths).sum() >= 20  # rows stopped early and left the batch
     _assert_equals_alone(out, random_model, prompts, 12, tok, stops)
     hot = Sampling(1.5, seed=4)
-    free = generate(random_model, prompts, 12, tok.eos_token_id, tok.pad_token_id, 16, hot)
+    free = generate(random_model, prompts, _decoding(tok, 12, 16, hot))
     stops = _stops_for(free, codec, rng)
-    out = generate(
-        random_model, prompts, 12, tok.eos_token_id, tok.pad_token_id, 16, hot, stops=stops, codec=codec
-    )
+    out = generate(random_model, prompts, _decoding(tok, 12, 16, hot), stops=stops, codec=codec)
     assert (out.lengths < free.lengths).sum() >= 20
     for row, free_row, n in zip(out.tokens, free.tokens, out.lengths, strict=True):
         assert row[:n].tolist() == free_row[:n].tolist()
@@ -115,8 +115,8 @@ def test_text_is_cut_before_the_first_stop_string():
 def test_gold_scored_in_the_prefill_matches_unpadded_passes(random_model, byte_fallback_tokenizer):
     tok = byte_fallback_tokenizer
     prompts, golds = [[5, 9, 300], [7], [40, 41, 42, 43, 44]], [[10, 11], [12], []]
-    with_gold = generate(random_model, prompts, 4, tok.eos_token_id, tok.pad_token_id, 2, golds=golds)
-    without = generate(random_model, prompts, 4, tok.eos_token_id, tok.pad_token_id, 2)
+    with_gold = generate(random_model, prompts, _decoding(tok, 4, 2), golds=golds)
+    without = generate(random_model, prompts, _decoding(tok, 4, 2))
     np.testing.assert_array_equal(with_gold.tokens, without.tokens)  # gold never leaks into decoding
     np.testing.assert_allclose(with_gold.logprobs, without.logprobs, atol=1e-4)
     for g, p, c in zip(with_gold.gold_logprob, prompts, golds, strict=True):
@@ -132,18 +132,16 @@ def test_gold_scored_in_the_prefill_matches_unpadded_passes(random_model, byte_f
 def test_sampling_is_seeded_and_top_k_1_is_greedy(random_model, byte_fallback_tokenizer):
     tok = byte_fallback_tokenizer
     prompts = [[5, 9, 300], [7], [40, 41, 42]] * 4
-    greedy = generate(random_model, prompts, 5, tok.eos_token_id, tok.pad_token_id)
+    greedy = generate(random_model, prompts, _decoding(tok, 5))
     hot = Sampling(temperature=5.0, seed=3)
-    a = generate(random_model, prompts, 5, tok.eos_token_id, tok.pad_token_id, sampling=hot)
-    b = generate(random_model, prompts, 5, tok.eos_token_id, tok.pad_token_id, sampling=hot)
+    a = generate(random_model, prompts, _decoding(tok, 5, sampling=hot))
+    b = generate(random_model, prompts, _decoding(tok, 5, sampling=hot))
     np.testing.assert_array_equal(a.tokens, b.tokens)
     assert not np.array_equal(a.tokens, greedy.tokens)
-    top1 = generate(
-        random_model, prompts, 5, tok.eos_token_id, tok.pad_token_id, sampling=Sampling(1.0, top_k=1)
-    )
+    top1 = generate(random_model, prompts, _decoding(tok, 5, sampling=Sampling(1.0, top_k=1)))
     np.testing.assert_array_equal(top1.tokens, greedy.tokens)
     tiny_p = Sampling(1.0, top_p=1e-6, seed=1)
     np.testing.assert_array_equal(
-        generate(random_model, prompts, 5, tok.eos_token_id, tok.pad_token_id, sampling=tiny_p).tokens,
+        generate(random_model, prompts, _decoding(tok, 5, sampling=tiny_p)).tokens,
         greedy.tokens,
     )

@@ -4,9 +4,9 @@ published mixed-language files, trial subsets, key layout, eval sets checked up 
 import json
 
 import pytest
-from bytecanary.probes import get_probe
 
 from bytecanary.errors import BytecanaryError
+from bytecanary.probes import get_probe
 
 
 def test_prompts_are_eos_space_then_byte_tokens(byte_fallback_tokenizer, eval_dir):
@@ -76,7 +76,7 @@ def test_validate_reads_every_eval_set_before_any_model(tmp_path, eval_dir):
 
 
 def test_trial_takes_m_characters_spread_over_tiers(byte_fallback_tokenizer, eval_dir):
-    prep = get_probe("level0", per_language=3).prepare(byte_fallback_tokenizer, eval_dir)
+    prep = get_probe("level0", trial=True, per_language=3).prepare(byte_fallback_tokenizer, eval_dir)
     for lang in ("ja", "zh"):
         chosen = {(s.char, s.tier) for s in prep.samples if s.language == lang}
         assert len(chosen) == 3 and {t for _, t in chosen} == {"common", "rare", "unseen"}

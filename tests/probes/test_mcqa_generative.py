@@ -7,14 +7,15 @@ import re
 
 import numpy as np
 import pytest
+
+from bytecanary.keys import GENERATED_PROTOCOLS, WRAPPER_FAMILIES
 from bytecanary.probes import get_probe
 from bytecanary.probes.mcqa import wrappers
 from bytecanary.probes.mcqa.dashed import Matcher, extract, tfidf_similarities
 from bytecanary.probes.mcqa.generation import stop_strings
 from bytecanary.probes.mcqa.prompts import content, dashed
 from bytecanary.probes.mcqa.tasks import McqaItem
-
-from bytecanary.keys import GENERATED_PROTOCOLS, WRAPPER_FAMILIES
+from bytecanary.probes.registry import NO_CONTEXT
 
 from .conftest import generate_alone
 
@@ -154,6 +155,7 @@ def test_sensitivity_indices_and_their_bootstrap():
 def _probe(**kw):
     return get_probe(
         "mcqa",
+        trial=True,
         embedded_per_language=0,
         nonsense_per_language=5,
         languages=["en", "ja"],
@@ -168,7 +170,7 @@ def test_generated_metrics_equal_generate_on_each_prompt_alone(wide_model, byte_
     out = tmp_path / "items.jsonl"
     probe = _probe(records=str(out))
     views = probe.prepare(tok, None)
-    got = probe.aggregate(views, [probe.compute(wide_model, tok, views)])
+    got = probe.aggregate(views, [probe.compute(wide_model, tok, views)], NO_CONTEXT)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     line = {(r["task"], r["item_id"], r["rotation"], r["protocol"]): r for r in rows}
     matcher = Matcher()
@@ -230,29 +232,32 @@ def test_sampled_generation_is_the_same_sharded(wide_model, byte_fallback_tokeni
     assert sum(bool(v.prompts) for v in views) == 6
     single = probe.compute(wide_model, byte_fallback_tokenizer, views)
     shards = [probe.compute(wide_model, byte_fallback_tokenizer, views, rank=r, world=2) for r in range(2)]
-    np.testing.assert_equal(probe.aggregate(views, shards), probe.aggregate(views, [single]))  # nan == nan
+    np.testing.assert_equal(
+        probe.aggregate(views, shards, NO_CONTEXT), probe.aggregate(views, [single], NO_CONTEXT)
+    )  # nan == nan
     texts = single["generated"]
     assert texts.shape[2] == 2 and (texts[:, :, 0] != texts[:, :, 1]).any()  # two seeds, two samples
 
 
 def test_token_matched_subset_and_wins():
     from bytecanary.probes.mcqa.aggregate import wrapper_indices, wrapper_wins
+    from bytecanary.probes.mcqa.generation import Grades
     from bytecanary.probes.mcqa.views import View
 
     rng = np.random.default_rng(5)
     n, fams = 30, [f"wrapper_{f}" for f in WRAPPER_FAMILIES]
     views = [View(McqaItem("t", "en", f"q{i}", ("a", "b", "c", "d"), i % 4), 0, {}) for i in range(n)]
-    graded = {}
+    grades = {}
     for j, f in enumerate(fams):
-        graded[f] = rng.integers(-1, 4, (n, 2))
-        graded[f"{f}/normalised"] = graded[f]
-        graded[f"{f}/tokens"] = np.where(np.arange(n) < 10, 100, 100 + 10 * j)  # 10 items matched
-    got = wrapper_indices(graded, views, list(range(n)), fams, seed=0)
+        predicted = rng.integers(-1, 4, (n, 2))
+        tokens = np.where(np.arange(n) < 10, 100, 100 + 10 * j)  # 10 items matched
+        grades[f] = Grades(predicted, predicted, np.full((n, 2), "", dtype=object), tokens)
+    got = wrapper_indices(grades, views, list(range(n)), fams, seed=0)
     answers = np.array([i % 4 for i in range(n)])[:, None]
-    acc = [(graded[f][:10] == answers[:10]).mean() for f in fams]
+    acc = [(grades[f].predicted[:10] == answers[:10]).mean() for f in fams]
     assert got["matched_share"] == pytest.approx(10 / n)
     assert got["fsi_matched"] == pytest.approx(max(acc) - min(acc))
     assert got["fsi_matched_lo"] <= got["fsi_matched_hi"]
-    full = [(graded[f] == answers).mean() for f in fams]
-    wins = wrapper_wins(graded, views, list(range(n)), fams)
+    full = [(grades[f].predicted == answers).mean() for f in fams]
+    wins = wrapper_wins(grades, views, list(range(n)), fams)
     assert [wins[f] for f in fams] == [float(a == max(full)) for a in full]

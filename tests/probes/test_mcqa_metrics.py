@@ -2,9 +2,9 @@
 
 import numpy as np
 import pytest
-from bytecanary.probes.mcqa.metrics import cloze_metrics, letter_correct, letter_metrics
 
 from bytecanary import stats
+from bytecanary.probes.mcqa.metrics import cloze_metrics, letter_correct, letter_metrics
 
 
 def test_letter_metrics_hand_values():

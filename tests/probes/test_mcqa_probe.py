@@ -5,10 +5,12 @@ import json
 import numpy as np
 import pytest
 import torch
-from bytecanary.probes import get_probe
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from bytecanary import stats
+from bytecanary.probes import get_probe
+from bytecanary.probes.registry import NO_CONTEXT
+from bytecanary.records import Context
 
 ITEMS = [
     {"question": "2+2?", "choices": ["3", "4", "5", "6"], "answer": 1},
@@ -29,6 +31,7 @@ def _probe(mmlu_file, **kw):
     task = {"name": "mini", "schema": "mmlu", "language": "en", "path": "json", "split": "train",
             "data_files": [mmlu_file]}  # fmt: skip
     kw = {
+        "trial": True,
         "embedded_per_language": 0,
         "nonsense_per_language": 6,
         "languages": ["ja", "zh"],
@@ -48,7 +51,7 @@ def _ll(model, prompt, cont):
 def test_every_metric_equals_one_pass_per_choice(wide_model, byte_fallback_tokenizer, mmlu_file):
     probe = _probe(mmlu_file)
     views = probe.prepare(byte_fallback_tokenizer, None)
-    got = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)])
+    got = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)], NO_CONTEXT)
     for task in {v.item.task for v in views}:
         mine = [v for v in views if v.item.task == task]
         answers = [v.item.answer for v in mine]
@@ -90,7 +93,7 @@ def test_records_reproduce_mcnemar_and_the_strategies_differ(
     out = tmp_path / "items.jsonl"
     probe = _probe(mmlu_file, records=str(out))
     views = probe.prepare(byte_fallback_tokenizer, None)
-    got = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)])
+    got = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)], NO_CONTEXT)
     rows = [r for r in map(json.loads, out.read_text().splitlines()) if r["task"] == "mini"]
     sep = [np.argmax(r["ll"]) == r["answer"] for r in rows if r["protocol"] == "letter_separate"]
     mer = [np.argmax(r["ll"]) == r["answer"] for r in rows if r["protocol"] == "letter_merged"]
@@ -115,8 +118,8 @@ def test_records_of_two_checkpoints_join_by_checkpoint_and_item(byte_fallback_to
             vocab_size=len(byte_fallback_tokenizer), n_positions=512, n_embd=32, n_layer=1, n_head=2
         )
         model = GPT2LMHeadModel(cfg).eval()
-        probe.record_context = {"checkpoint": f"ckpt{step}", "step": step, "tokens_seen": step * 4096}
-        probe.aggregate(views, [probe.compute(model, byte_fallback_tokenizer, views)])
+        context = Context(f"ckpt{step}", step, step * 4096)
+        probe.aggregate(views, [probe.compute(model, byte_fallback_tokenizer, views)], context)
         lls[step] = probe.compute(model, byte_fallback_tokenizer, views)["cloze"]
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     by_key = {(r["checkpoint"], r["task"], r["protocol"], r["item_id"]): r for r in lines}
@@ -136,14 +139,14 @@ def test_a_mixed_language_file_becomes_one_task_per_language(wide_model, byte_fa
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     task = {"name": "mix", "schema": "mmlu", "path": "json", "split": "train", "data_files": [str(path)],
             "columns": {"language": "lang"}}  # fmt: skip
-    probe = get_probe("mcqa", tasks=[task], embedded_per_language=0, nonsense_per_language=0,
+    probe = get_probe("mcqa", trial=True, tasks=[task], embedded_per_language=0, nonsense_per_language=0,
                       protocols=["cloze"])  # fmt: skip
     probe.validate(None)
     views = probe.prepare(byte_fallback_tokenizer, None)
     assert sorted((v.item.task, v.item.language, v.item.item_id) for v in views) == [
         ("mix_en", "en", "0"), ("mix_en", "en", "2"), ("mix_ja", "ja", "1"), ("mix_zh", "zh", "3")
     ]  # fmt: skip
-    got = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)])
+    got = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)], NO_CONTEXT)
     assert {k for k in got if k.endswith("/n")} == {f"probe/mcqa/mix_{g}/n" for g in ("en", "ja", "zh")}
     assert got["probe/mcqa/mix_en/n"] == 2
 
@@ -152,9 +155,9 @@ def test_sharded_equals_single_and_permutations(wide_model, byte_fallback_tokeni
     probe = _probe(mmlu_file, permutations=True)
     views = probe.prepare(byte_fallback_tokenizer, None)
     assert len(views) == 4 * (4 + 6 + 6)
-    single = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)])
+    single = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)], NO_CONTEXT)
     shards = [probe.compute(wide_model, byte_fallback_tokenizer, views, rank=r, world=2) for r in range(2)]
-    np.testing.assert_equal(probe.aggregate(views, shards), single)  # nan == nan
+    np.testing.assert_equal(probe.aggregate(views, shards, NO_CONTEXT), single)  # nan == nan
     assert 0 <= single["probe/mcqa/mini/letter_merged/acc_perm_spread"] <= 1
 
 
@@ -162,14 +165,14 @@ def test_prompts_longer_than_the_context_keep_their_end(random_model, byte_fallb
     probe = _probe(mmlu_file, shots=2)
     views = probe.prepare(byte_fallback_tokenizer, None)
     assert max(len(v.encodings["letter_merged"][0]) for v in views) > random_model.config.n_positions
-    got = probe.aggregate(views, [probe.compute(random_model, byte_fallback_tokenizer, views)])
+    got = probe.aggregate(views, [probe.compute(random_model, byte_fallback_tokenizer, views)], NO_CONTEXT)
     assert got["probe/mcqa/mini/n"] == 2  # two items went into the shots
 
 
 def test_embedded_task_from_the_prepared_data(wide_model, byte_fallback_tokenizer, small_data):
-    probe = get_probe("mcqa", embedded_per_language=8, nonsense_per_language=0, languages=["zh"])
+    probe = get_probe("mcqa", trial=True, embedded_per_language=8, nonsense_per_language=0, languages=["zh"])
     views = probe.prepare(byte_fallback_tokenizer, small_data)
-    got = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)])
+    got = probe.aggregate(views, [probe.compute(wide_model, byte_fallback_tokenizer, views)], NO_CONTEXT)
     assert got["probe/mcqa/wordcomp_zh/n"] == 8
     # cloze endings continue the context directly: no space token between them
     conts = views[0].encodings["cloze"][1]

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 import torch
-from bytecanary.probes.mcqa.encoding import encode_pair, letter_merged, letter_separate
-from bytecanary.probes.mcqa.scoring import score_continuations
 
 from bytecanary.bytecodec import ByteCodec
+from bytecanary.probes.mcqa.encoding import encode_pair, letter_merged, letter_separate
+from bytecanary.probes.mcqa.scoring import score_continuations
 
 PROMPT = "Question: 東京は?\nA. 都市\nB. 川\nC. 山\nD. 海\nAnswer:"
 LABELS = ["A", "B", "C", "D"]

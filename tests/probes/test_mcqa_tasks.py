@@ -3,11 +3,11 @@
 import json
 
 import pytest
-from bytecanary.probes.mcqa.tasks import McqaItem, TaskSource, load_task, word_completion_items
 
 from bytecanary.data import wordcomp
 from bytecanary.data.corpus import read_documents, word_distribution
 from bytecanary.errors import BytecanaryError
+from bytecanary.probes.mcqa.tasks import McqaItem, TaskSource, load_task, word_completion_items
 
 ROWS = {
     "mmlu": ({"question": "2+2?", "choices": ["3", "4", "5", "6"], "answer": 1}, 1),

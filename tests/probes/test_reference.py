@@ -1,9 +1,10 @@
 """The plain per-byte reference DFA that the fast UTF-8 probes are checked against."""
 
 import numpy as np
-from bytecanary.probes.reference import py_score
 
 from bytecanary import utf8
+
+from .reference import py_score
 
 
 def test_python_reference_dfa_agrees_with_the_table_dfa():

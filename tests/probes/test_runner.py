@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from bytecanary.probes import level1
-from bytecanary.probes.records import read_records
-from bytecanary.probes.runner import resolve, run, watch
-from bytecanary.train.checkpointing import export
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from bytecanary.cli import main
+from bytecanary.probes import level1
+from bytecanary.probes.runner import Job, resolve, run, watch
+from bytecanary.records import read as read_records
+from bytecanary.train.checkpointing import export
 
 from ..conftest import MICRO, run_train
 from .conftest import LEVEL0
@@ -47,19 +47,19 @@ def test_folder_of_checkpoints_in_step_order_then_rerun_is_a_no_op(trained_run, 
     out = tmp_path / "p.jsonl"
     assert _probe(str(trained_run / "checkpoints"), "--out", str(out)) == 0
     rows = read_records(out)
-    assert [(r["step"], r["probe"]) for r in rows] == [
+    assert [(r.step, r.probe) for r in rows] == [
         (4, "level0"),
         (4, "level1"),
         (8, "level0"),
         (8, "level1"),
     ]
-    assert all(r["status"] == "ok" and r["tokens_seen"] == r["step"] * 8 * 32 for r in rows)
-    assert all(r["version"] == 1 and len(r["params"]) == 12 for r in rows)
+    assert all(r.status == "ok" and r.tokens_seen == r.step * 8 * 32 for r in rows)
+    assert all(r.version == 1 and len(r.params) == 12 for r in rows)
     weights = [str((trained_run / "checkpoints" / f"step{s:07d}.safetensors").resolve()) for s in (4, 8)]
-    assert [r["checkpoint"] for r in rows] == [weights[0], weights[0], weights[1], weights[1]]
+    assert [r.checkpoint for r in rows] == [weights[0], weights[0], weights[1], weights[1]]
     text = summary(out)
     assert "Level 0 (context-free validity)" in text and "step0000008.safetensors" in text
-    last = next(r for r in rows if r["step"] == 8 and r["probe"] == "level0")["metrics"]
+    last = next(r for r in rows if r.step == 8 and r.probe == "level0").metrics
     tiers = text[text.index("partial by tier, step 8") :].splitlines()
     ja = next(line for line in tiers if line.startswith("ja ")).split()[1:]
     assert ja[0] == f"{last['probe/level0/ja/common/partial']:.3f}" and len(ja) == 5
@@ -89,14 +89,14 @@ SPECS = [{"name": "level0", "per_language": 2}, {"name": "level1", "per_language
 
 def _run(model_dir, out, specs=SPECS):
     before = len(read_records(out))
-    assert run([str(model_dir)], specs, out=str(out), trial=True, device="cpu") == 0
-    return [(r["probe"], r["version"], r["params"]) for r in read_records(out)[before:]]
+    assert run([str(model_dir)], specs, Job(out=str(out), trial=True, device="cpu")) == 0
+    return [(r.probe, r.version, r.params) for r in read_records(out)[before:]]
 
 
 def test_same_version_and_parameters_is_nothing_to_do(hf_model, tmp_path, capsys):
     out = tmp_path / "p.jsonl"
     first = _run(hf_model, out)
-    assert [p for p, _, _ in first] == ["level0", "level1"] and read_records(out)[0]["step"] == 5
+    assert [p for p, _, _ in first] == ["level0", "level1"] and read_records(out)[0].step == 5
     capsys.readouterr()
     assert _run(hf_model, out) == []
     assert "nothing to do" in capsys.readouterr().out
@@ -127,13 +127,13 @@ def test_exported_model_and_revision_series(trained_run, tmp_path):
     out = tmp_path / "p.jsonl"
     assert _probe(str(hf), "--probes", "level0", "--out", str(out)) == 0
     (row,) = read_records(out)
-    assert row["step"] == 8 and row["tokens_seen"] == 8 * 8 * 32 and row["checkpoint"] == str(hf.resolve())
+    assert row.step == 8 and row.tokens_seen == 8 * 8 * 32 and row.checkpoint == str(hf.resolve())
     # a Pythia-style series: the model id is loaded at each revision (a local folder here)
     series = tmp_path / "series.jsonl"
     assert _probe(str(hf), "--revision", "step1000,step2000", "--probes", "level0", "--out", str(series)) == 0
     rows = read_records(series)
-    assert [r["checkpoint"] for r in rows] == [f"{hf}@step1000", f"{hf}@step2000"]
-    assert [r["step"] for r in rows] == [8, 8]  # bytecanary.json beats the revision name
+    assert [r.checkpoint for r in rows] == [f"{hf}@step1000", f"{hf}@step2000"]
+    assert [r.step for r in rows] == [8, 8]  # bytecanary.json beats the revision name
 
 
 def test_gpt2_byte_level_model_from_any_folder(gpt2_tokenizer, eval_dir, tmp_path):
@@ -151,10 +151,10 @@ def test_gpt2_byte_level_model_from_any_folder(gpt2_tokenizer, eval_dir, tmp_pat
     args = [str(model_dir), "--level0-set", str(level0), "--level1-set", str(level1), "--out", str(out)]
     assert main(["probe", *args, "--no-wandb"]) == 0
     rows = read_records(out)
-    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert [r.status for r in rows] == ["ok", "ok"]
     n = sum(len(c.encode()) for c, _ in LEVEL0["zh"])
-    assert rows[0]["metrics"]["probe/level0/all/all/n"] == n
-    assert rows[0]["step"] is None
+    assert rows[0].metrics["probe/level0/all/all/n"] == n
+    assert rows[0].step is None
 
 
 def test_a_path_that_is_not_a_checkpoint_is_one_clear_error(tmp_path, capsys):
@@ -212,7 +212,6 @@ def test_cli_writes_a_wandb_offline_run(trained_run, tmp_path):
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "wandb sync" in proc.stdout
@@ -235,9 +234,9 @@ def test_probe_parameters_from_a_config(trained_run, tmp_path, capsys):
     ckpt = str(trained_run / "checkpoints" / "step0000008.ckpt")  # a full state probes too
     assert _probe(ckpt, "--config", str(config), "--probes", "mcqa", "--out", str(out)) == 0
     (row,) = read_records(out)
-    assert row["probe"] == "mcqa" and row["metrics"]["probe/mcqa/nonsenseqa_en/n"] == 3
-    assert "probe/mcqa/nonsenseqa_en/dashed/acc" in row["metrics"]
-    assert not any("letter_merged" in k for k in row["metrics"])
+    assert row.probe == "mcqa" and row.metrics["probe/mcqa/nonsenseqa_en/n"] == 3
+    assert "probe/mcqa/nonsenseqa_en/dashed/acc" in row.metrics
+    assert not any("letter_merged" in k for k in row.metrics)
     capsys.readouterr()
     assert _probe(ckpt, "--config", str(config), "--probes", "level1", "--out", str(out)) == 2
     assert capsys.readouterr().err.strip() == f"error: {config}: probes: no entry for level1"

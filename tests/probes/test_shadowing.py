@@ -8,7 +8,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from bytecanary.probes.records import read_records
+
+from bytecanary.records import read as read_records
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOBY_TRAP = "raise SystemExit('the user\\'s own {name}.py was imported')\n"
@@ -22,7 +23,9 @@ def test_pyproject_installs_no_generic_top_level_name():
 
 def test_no_top_level_train_or_probes_outside_the_checkout(tmp_path):
     code = "import importlib.util as u; print(u.find_spec('train'), u.find_spec('probes'))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["None", "None"]
 
 
@@ -49,4 +52,4 @@ def test_probe_runs_beside_a_users_train_py_and_probes_py(
     assert proc.returncode == 0, proc.stderr
     assert "was imported" not in proc.stderr
     (record,) = read_records(work / "probes.jsonl")
-    assert record["status"] == "ok" and record["metrics"]
+    assert record.status == "ok" and record.metrics

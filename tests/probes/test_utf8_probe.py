@@ -4,20 +4,23 @@ per-sample records, and Level 0 / Level 1 as siblings."""
 import json
 
 import pytest
+
+from bytecanary import keys
 from bytecanary.probes import get_probe
 from bytecanary.probes.level0 import Level0Probe
 from bytecanary.probes.level1 import Level1Probe
-from bytecanary.probes.reference import reference_metrics
+from bytecanary.probes.registry import NO_CONTEXT
 from bytecanary.probes.utf8_probe import Utf8Probe
+from bytecanary.records import Context
 
-from bytecanary import keys
+from .reference import reference_metrics
 
 
 @pytest.mark.parametrize("level", [0, 1])
 def test_every_metric_equals_the_per_sample_reference(random_model, byte_fallback_tokenizer, eval_dir, level):
     probe = get_probe(f"level{level}", trial=False, batch_size=5)
     prep = probe.prepare(byte_fallback_tokenizer, eval_dir)
-    got = probe.aggregate(prep, [probe.compute(random_model, byte_fallback_tokenizer, prep)])
+    got = probe.aggregate(prep, [probe.compute(random_model, byte_fallback_tokenizer, prep)], NO_CONTEXT)
     want = reference_metrics(random_model, prep, level)
     assert got.keys() == want.keys()
     for key in want:  # float32 sums of log-probs: batched vs one sample alone
@@ -27,9 +30,9 @@ def test_every_metric_equals_the_per_sample_reference(random_model, byte_fallbac
 def test_sharded_compute_equals_single_process(random_model, byte_fallback_tokenizer, eval_dir):
     probe = get_probe("level0", trial=False, batch_size=4)
     prep = probe.prepare(byte_fallback_tokenizer, eval_dir)
-    single = probe.aggregate(prep, [probe.compute(random_model, byte_fallback_tokenizer, prep)])
+    single = probe.aggregate(prep, [probe.compute(random_model, byte_fallback_tokenizer, prep)], NO_CONTEXT)
     shards = [probe.compute(random_model, byte_fallback_tokenizer, prep, rank=r, world=3) for r in range(3)]
-    assert probe.aggregate(prep, shards) == single
+    assert probe.aggregate(prep, shards, NO_CONTEXT) == single
 
 
 @pytest.mark.parametrize("level", [0, 1])
@@ -41,8 +44,8 @@ def test_per_sample_records_name_checkpoint_and_item(
     probe = get_probe(f"level{level}", trial=False, records=str(out))
     prep = probe.prepare(byte_fallback_tokenizer, eval_dir)
     for step in (1, 2):
-        probe.record_context = {"checkpoint": f"step{step}.ckpt", "step": step, "tokens_seen": 4096 * step}
-        metrics = probe.aggregate(prep, [probe.compute(wide_model, byte_fallback_tokenizer, prep)])
+        context = Context(f"step{step}.ckpt", step, 4096 * step)
+        metrics = probe.aggregate(prep, [probe.compute(wide_model, byte_fallback_tokenizer, prep)], context)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     n = int(metrics[keys.level0(metric="n") if level == 0 else keys.level1(metric="n")])
     assert len(rows) == 2 * n

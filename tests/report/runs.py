@@ -12,6 +12,7 @@ import numpy as np
 
 from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
+from bytecanary.records import Record
 
 TOKENS = [20_000 * k for k in range(1, 21)]  # 2e4 .. 4e5
 PPL_AT, VALIDITY_AT = 100_000, 200_000
@@ -71,21 +72,25 @@ def mcqa(t: int, rng: np.random.Generator) -> dict[str, float]:
     return m
 
 
-def record(t: int, probe: str, metrics: dict, status: str = "ok") -> dict:
-    return {
-        "checkpoint": f"/runs/x/checkpoints/step{t // 4096:07d}.ckpt",
-        "step": t // 4096,
-        "tokens_seen": t,
-        "probe": probe,
-        "status": status,
-        "error": None if status == "ok" else "RuntimeError: boom",
-        "seconds": 1.0,
-        "metrics": metrics,
-    }
+def record(t: int, probe: str, metrics: dict, status: str = "ok") -> Record:
+    return Record(
+        checkpoint=f"/runs/x/checkpoints/step{t // 4096:07d}.ckpt",
+        step=t // 4096,
+        tokens_seen=t,
+        probe=probe,
+        version=1,
+        params="p",
+        status=status,
+        error=None if status == "ok" else "RuntimeError: boom",
+        seconds=1.0,
+        threads=1,
+        metrics=metrics,
+    )
 
 
-def write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+def write_jsonl(path: Path, rows: list[dict | Record]) -> None:
+    lines = (r.to_json() if isinstance(r, Record) else json.dumps(r) for r in rows)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def make_run(root: Path, probes: bool = True, validity: str = "converges") -> Path:

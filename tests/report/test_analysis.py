@@ -2,13 +2,12 @@
 against direct recomputations."""
 
 import itertools
-import json
 import math
 
 import numpy as np
 import pytest
 
-from bytecanary import keys, stats
+from bytecanary import keys, records, stats
 from bytecanary.io import read_jsonl
 from bytecanary.report import analysis
 
@@ -16,7 +15,7 @@ from .runs import FAMILIES, PPL_AT, TASKS, TOKENS, VALIDITY_AT, make_run, record
 
 
 def _convergence(run):
-    return analysis.convergence(read_jsonl(run / "metrics.jsonl"), read_jsonl(run / "probes.jsonl"))
+    return analysis.convergence(read_jsonl(run / "metrics.jsonl"), records.read(run / "probes.jsonl"))
 
 
 def test_convergence_points_and_ratio_with_its_ci(tmp_path):
@@ -79,14 +78,14 @@ def _tau_by_pair_count(x: list[float], y: list[float]) -> float:
 
 
 def test_mcqa_series_equals_direct_recomputation(tmp_path):
-    rows = [json.loads(line) for line in (make_run(tmp_path) / "probes.jsonl").read_text().splitlines()]
-    ok = [r for r in rows if r["status"] == "ok" and r["probe"] == "mcqa"]
+    rows = records.read(make_run(tmp_path) / "probes.jsonl")
+    ok = [r for r in rows if r.ok and r.probe == "mcqa"]
     notes: list[str] = []
     got = analysis.mcqa_series(rows, notes)
     assert notes == []
     for task in TASKS:
-        sep = [r["metrics"][f"probe/mcqa/{task}/letter_separate/acc"] for r in ok]
-        merged = [r["metrics"][f"probe/mcqa/{task}/letter_merged/acc"] for r in ok]
+        sep = [r.metrics[f"probe/mcqa/{task}/letter_separate/acc"] for r in ok]
+        merged = [r.metrics[f"probe/mcqa/{task}/letter_merged/acc"] for r in ok]
         assert got[f"probe/mcqa/{task}/kendall_tau_sep_merged"] == pytest.approx(
             _tau_by_pair_count(sep, merged)
         )
@@ -95,8 +94,8 @@ def test_mcqa_series_equals_direct_recomputation(tmp_path):
             i,
             task,
             family,
-            r["metrics"][f"{p}/wrapper_{family}/acc"],
-            r["metrics"][f"{p}/wrapper_{family}/parsable"],
+            r.metrics[f"{p}/wrapper_{family}/acc"],
+            r.metrics[f"{p}/wrapper_{family}/parsable"],
         )
         for i, r in enumerate(ok)
         for task in TASKS
@@ -149,7 +148,7 @@ def test_task_groups_and_their_mean_curve():
         {"probe/mcqa/mmlu/cloze/acc": 0.4, "probe/mcqa/nonsenseqa_ja/cloze/acc": 0.2},
         {"probe/mcqa/wordcomp_en/cloze/acc": 0.5, "probe/mcqa/wordcomp_ja/cloze/acc": 0.7},
     ]
-    cps = analysis.checkpoints(record(t, "mcqa", m) for t, m in zip((1000, 2000), metrics, strict=True))
+    cps = analysis.checkpoints(record(t, "mcqa", m) for t, m in zip((4096, 8192), metrics, strict=True))
     groups = analysis.task_groups(cps)
     assert list(groups.items()) == [
         ("wordcomp", ["wordcomp_en", "wordcomp_ja"]),
@@ -157,7 +156,7 @@ def test_task_groups_and_their_mean_curve():
         ("mmlu", ["mmlu"]),
     ]
     curve = analysis.group_mean_curve(cps, groups["wordcomp"], "acc", analysis.CLOZE)
-    assert curve.tokens == [2000.0] and curve.values == [pytest.approx(0.6)]
+    assert curve.tokens == [8192.0] and curve.values == [pytest.approx(0.6)]
     assert curve.key == keys.mcqa("<wordcomp_en,wordcomp_ja>", "cloze", "acc")
     fsi = analysis.group_mean_curve(cps, groups["mmlu"], "fsi")
     assert fsi.tokens == [] and fsi.key == "probe/mcqa/<mmlu>/fsi"

@@ -1,5 +1,6 @@
 """The report's figures: drawn from fabricated runs, and still drawn when data is absent."""
 
+from bytecanary import records
 from bytecanary.io import read_jsonl
 from bytecanary.report import analysis, figures
 
@@ -7,7 +8,7 @@ from .runs import is_png, make_run
 
 
 def _draw_all(run, out):
-    probes = read_jsonl(run / "probes.jsonl") if (run / "probes.jsonl").is_file() else []
+    probes = records.read(run / "probes.jsonl")
     conv = analysis.convergence(read_jsonl(run / "metrics.jsonl"), probes)
     cps = analysis.checkpoints(probes)
     out.mkdir()

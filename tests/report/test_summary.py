@@ -1,11 +1,11 @@
 """The probe tables printed by ``bytecanary probe`` and ``demo``, on fabricated records."""
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 
+from bytecanary.records import read
 from bytecanary.report import analysis
 from bytecanary.report.summary import add_mcqa_series, summary
 
@@ -121,7 +121,7 @@ class _Run:
 def test_the_finish_hook_puts_the_series_into_the_wandb_summary(records):
     run = _Run()
     add_mcqa_series(records, run)
-    mcqa = [r for r in map(json.loads, records.read_text().splitlines()) if r["probe"] == "mcqa"]
+    mcqa = [r for r in read(records) if r.probe == "mcqa"]
     want = analysis.mcqa_series(mcqa)
     assert run.summary.keys() == want.keys() and run.summary["probe/mcqa/all/cells"] == 0
     assert run.summary["probe/mcqa/wordcomp_en/kendall_tau_sep_merged"] == pytest.approx(1 / 3)

@@ -1,25 +1,14 @@
 """Checkpoints sized for 420 of them: a weights file at every scheduled step, one rolling
 full training state (plus the kept ones), ``last.ckpt`` a link; the files round-trip,
-export and probe, the disk estimate fits the real files, and runs from before weights
-files still probe and resume."""
+export and probe, and the disk estimate fits the real files."""
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from bytecanary.probes.records import read_records
-from bytecanary.train.checkpointing import (
-    ScheduledCheckpoint,
-    checkpoint_bytes,
-    export,
-    human_bytes,
-    latest_checkpoint,
-)
-from bytecanary.train.model import ArchConfig, build_model, count_parameters
 from safetensors import safe_open
 
 from bytecanary.checkpoints import (
@@ -29,7 +18,14 @@ from bytecanary.checkpoints import (
     probe_checkpoints,
     training_states,
 )
-from bytecanary.cli import main
+from bytecanary.train.checkpointing import (
+    ScheduledCheckpoint,
+    checkpoint_bytes,
+    export,
+    human_bytes,
+    latest_checkpoint,
+)
+from bytecanary.train.model import ArchConfig, build_model, count_parameters
 
 from ..conftest import MICRO, run_train
 
@@ -149,32 +145,3 @@ def test_export_from_a_weights_file(run12, tmp_path):
         torch.testing.assert_close(hf(ids).logits, model(ids).logits, rtol=0, atol=0)
     info = json.loads((out / "bytecanary.json").read_text())
     assert info["step"] == 8 and info["checkpoint"] == str(path) and (out / "tokenizer.json").is_file()
-
-
-@pytest.mark.slow
-def test_a_run_from_before_weights_files_still_probes_and_resumes(run12, tmp_path, small_data, capsys):
-    """Only full states, one per step, and ``last.ckpt`` a copy: probed as before, resumed from
-    the copy, and its full states never deleted (they are its only weights)."""
-    legacy = shutil.copytree(run12[0], tmp_path / "runs" / "r", symlinks=True)
-    ckpts = legacy / "checkpoints"
-    for weights in ckpts.glob("*.safetensors"):
-        weights.unlink()
-    (ckpts / "last.ckpt").unlink()
-    shutil.copy(ckpts / "step0000012.ckpt", ckpts / "last.ckpt")
-    out = tmp_path / "p.jsonl"
-    assert main(["probe", str(legacy), "--probes", "level0", "--trial", "--no-wandb", "--out", str(out)]) == 0
-    assert [(Path(r["checkpoint"]).name, r["step"]) for r in read_records(out)] == [
-        ("step0000008.ckpt", 8),
-        ("step0000012.ckpt", 12),
-    ]
-    assert latest_checkpoint(ckpts) == ckpts / "last.ckpt"
-    config = _config(tmp_path / "micro.yaml", small_data, tmp_path / "runs")
-    run_train(config, "--run.name", "r", *ARGS[2:], "--trainer.max_steps", "16", "--run.resume", "true")
-    assert sorted(p.name for p in ckpts.iterdir()) == [
-        "last.ckpt",
-        "step0000008.ckpt",
-        "step0000012.ckpt",
-        "step0000016.ckpt",
-        "step0000016.safetensors",
-    ]
-    assert os.readlink(ckpts / "last.ckpt") == "step0000016.ckpt"

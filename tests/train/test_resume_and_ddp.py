@@ -8,11 +8,11 @@ import time
 import numpy as np
 import pytest
 import torch
-from bytecanary.train.datamodule import ShardBatches
-from bytecanary.train.loggers import read_metrics
 from safetensors.torch import load_file
 
 from bytecanary.checkpoints import load_checkpoint
+from bytecanary.train.datamodule import ShardBatches
+from bytecanary.train.loggers import read_metrics
 
 from ..conftest import DDP_2_CPU, run_train, train_cmd
 
@@ -48,8 +48,7 @@ def test_killed_run_resumes_exactly(micro, tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.time() + 240
-    while not (killed / "checkpoints" / "step0000010.ckpt").exists() and time.time() < deadline:
+    while not (killed / "checkpoints" / "step0000010.ckpt").exists() and proc.poll() is None:
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -81,8 +80,8 @@ def test_ranks_read_disjoint_samples_that_tile_a_single_process_run():
     shards = [rng.integers(0, 1000, 5000).astype(np.uint16) for _ in range(3)]
     weights = [0.2, 0.3, 0.5]
     single = ShardBatches(shards, weights, seq_len=16, batch_size=8, seed=7)
-    rank0 = ShardBatches(shards, weights, seq_len=16, batch_size=4, seed=7, rank=0, world=2)
-    rank1 = ShardBatches(shards, weights, seq_len=16, batch_size=4, seed=7, rank=1, world=2)
+    rank0 = ShardBatches(shards, weights, seq_len=16, batch_size=4, seed=7, share=(0, 2))
+    rank1 = ShardBatches(shards, weights, seq_len=16, batch_size=4, seed=7, share=(1, 2))
     for k in range(5):
         both = torch.cat([rank0.batch(k)["input_ids"], rank1.batch(k)["input_ids"]])
         assert torch.equal(both, single.batch(k)["input_ids"])

@@ -5,13 +5,14 @@ import json
 
 import pytest
 import torch
+from lightning.fabric.utilities.throughput import Throughput
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
 from bytecanary.train import throughput as train_throughput
 from bytecanary.train.loggers import read_metrics
 from bytecanary.train.model import ArchConfig, build_model
 from bytecanary.train.throughput import dense_peak_flops, flops_per_token, perf_metrics
-from lightning.fabric.utilities.throughput import Throughput
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.flop_counter import FlopCounterMode
 
 from ..conftest import run_train, wandb_records
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from bytecanary.train.checkpointing import export, log_spaced_steps
-from bytecanary.train.loggers import read_metrics
-from bytecanary.train.model import ArchConfig, build_model, count_parameters
 
 from bytecanary.checkpoints import load_checkpoint, read_meta
 from bytecanary.errors import BytecanaryError
+from bytecanary.train.checkpointing import export, log_spaced_steps
+from bytecanary.train.loggers import read_metrics
+from bytecanary.train.model import ArchConfig, build_model, count_parameters
 
 from ..conftest import run_train, train_cmd, wandb_records
 
@@ -109,7 +109,6 @@ def test_wandb_offline_run_holds_the_curves(micro, tmp_path):
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "wandb sync" in proc.stderr + proc.stdout

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from bytecanary import keys
 from bytecanary.io import read_jsonl
-from bytecanary.tracking import WandbView
+from bytecanary.tracking import HEADLINE_LIMIT, WandbView
 
 from ..conftest import run_train, wandb_records
 
@@ -21,6 +20,7 @@ PROBES = [
     {"name": "level1", "trial": True, "per_language": 3},
     {
         "name": "mcqa",
+        "trial": True,
         "embedded_per_language": 4,
         "nonsense_per_language": 4,
         "generative_per_task": 2,
@@ -31,7 +31,7 @@ AXES = {"tokens_seen", "step", "trainer/global_step", "epoch"}
 
 
 def headline_by_hand(key: str) -> bool:
-    """The issue's headline list, written out independently of ``keys.is_headline``."""
+    """The issue's headline list, written out independently of ``tracking.is_headline``."""
     p = key.split("/")
     if key.startswith(("train/", "perf/")) or key in ("val/ppl", "val/loss"):
         return True
@@ -128,7 +128,7 @@ def test_offline_run_has_headline_scalars_detail_tables_and_the_tokens_seen_axis
     probe_keys = {k for r in records for k in r["metrics"]}
 
     # 1. few scalars: at most the declared headline count, far fewer than the probes write
-    assert len(scalars) <= keys.HEADLINE_LIMIT < len(probe_keys)
+    assert len(scalars) <= HEADLINE_LIMIT < len(probe_keys)
     # 2. every headline key the probes wrote is a scalar, and the derived group means too
     assert {k for k in probe_keys if headline_by_hand(k)} <= scalars
     last = max(records, key=lambda r: (r["step"], r["probe"] == "mcqa"))["metrics"]

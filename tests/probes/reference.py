@@ -2,8 +2,7 @@
 
 One prompt at a time: ``model.generate`` without padding, a fresh forward pass for every
 likelihood, and every prefix re-decoded from scratch by a per-byte Python DFA written
-straight from Unicode Table 3-7. Tests and ``benchmarks/probe_throughput.py`` require
-the engine's metrics to equal these.
+straight from Unicode Table 3-7. The tests require the engine's metrics to equal these.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import statistics
 from collections.abc import Callable
 
 import torch
+
 from bytecanary.probes.utf8_probe import Prepared, Utf8Sample, fit_context
 
 # lead byte -> (bytes needed, allowed range of the second byte)

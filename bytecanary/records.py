@@ -1,0 +1,199 @@
+"""``probes.jsonl``: one typed record per (checkpoint, probe), its one reader and its one merge rule.
+
+Every writer (the training callback, any number of ``bytecanary probe`` processes) appends
+through ``append``: whole lines, flushed and fsynced, under an advisory lock (``flock``).
+Under the lock a torn last line left by a crash is cut off, and a record whose identity
+already succeeded is not appended again, so restarts and concurrent writers converge to
+each record once. Every reader (the probe pipeline, the summary, the report, W&B) reads
+through ``read``, and every consumer that needs one result per checkpoint uses ``merge``.
+No torch here: the report reads records without it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bytecanary.io import named
+
+SCHEMA = 1  # bump when a field changes meaning; records without it are schema 0
+NO_METRICS = "no metrics (empty eval set?)"
+Identity = tuple[str, str, int | None, str | None]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a measurement was taken on: the fields every record and per-sample line starts with."""
+
+    checkpoint: str | None
+    """The checkpoint's key (a weights file's resolved path, ``model@revision``); None for a
+    fire on the live training module."""
+    step: int | None
+    tokens_seen: int | None
+
+    def fields(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Record:
+    """The result of one probe on one checkpoint."""
+
+    checkpoint: str | None
+    step: int | None
+    tokens_seen: int | None
+    probe: str
+    version: int | None
+    """The probe's version: bumped when its outputs change for the same parameters."""
+    params: str | None
+    """The probe's fingerprint: a hash of its parameters and eval files' contents."""
+    status: str  # "ok" | "failed"
+    error: str | None
+    seconds: float
+    threads: int | None
+    """torch's intra-op threads while it ran: what ``seconds`` were spent on."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    schema: int = SCHEMA
+
+    @classmethod
+    def of(
+        cls, context: Context, probe: Any, params: str, metrics: dict[str, float] | None, **how: Any
+    ) -> Record:
+        """The record of ``probe`` (name, version) at ``context``; ``how`` holds ``seconds``,
+        ``threads`` and ``error``. A run that raised nothing but measured nothing failed too."""
+        error = how.get("error") or (None if metrics else NO_METRICS)
+        return cls(
+            **context.fields(),
+            probe=probe.name,
+            version=probe.version,
+            params=params,
+            status="failed" if error else "ok",
+            error=error,
+            seconds=round(how["seconds"], 3),
+            threads=how["threads"],
+            metrics=dict(metrics or {}),
+        )
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def identity(self) -> Identity:
+        return identity(self.checkpoint, self.step, self.probe, self.version, self.params)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False)
+
+
+def identity(checkpoint: str | None, step: int | None, probe: str, version: int | None, params: str | None):
+    """What makes two records the same result: the checkpoint (for a fire on the live module,
+    which has no file, its step), the probe, its version and its fingerprint."""
+    return (checkpoint if checkpoint is not None else f"live step {step}", probe, version, params)
+
+
+FIELDS = set(Record.__dataclass_fields__)
+
+
+def problem(row: Any) -> str | None:
+    """What is wrong with a parsed line, if anything a reader relies on."""
+    if not isinstance(row, dict):
+        return f"expected a JSON object, got {type(row).__name__}"
+    metrics = row.get("metrics")
+    if not isinstance(metrics, dict) or not all(isinstance(v, int | float) for v in metrics.values()):
+        return "'metrics' is not a mapping of numbers"
+    if not isinstance(row.get("probe"), str) or not isinstance(row.get("tokens_seen", 0), int | None):
+        return "'probe' or 'tokens_seen' has the wrong type"
+    if row.get("status") not in ("ok", "failed"):
+        return f"'status' is {row.get('status')!r}, not 'ok' or 'failed'"
+    return None
+
+
+def _record(row: dict[str, Any]) -> Record:
+    known = {k: v for k, v in row.items() if k in FIELDS}
+    defaults = {"version": None, "params": None, "error": None, "seconds": 0.0, "threads": None}
+    return Record(**{"checkpoint": None, "step": None, "tokens_seen": None, **defaults, "schema": 0, **known})
+
+
+def parse(data: bytes, where: str | Path, on_bad: Callable[[str], None] | None = None) -> list[Record]:
+    """The records in ``data``. An unterminated last line is a write in flight (or torn by a
+    crash) and is skipped quietly; any other bad line is skipped, and ``on_bad`` (e.g.
+    ``warn``) hears of it as ``file:line: problem``."""
+    lines = data.split(b"\n")
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            if number == len(lines):  # no newline after it: torn
+                break
+            trouble: str | None = f"not valid JSON ({getattr(err, 'msg', err)})"
+        else:
+            trouble = problem(row)
+        if trouble is None:
+            records.append(_record(row))
+        elif on_bad is not None:
+            on_bad(f"{where}:{number}: {trouble}; line skipped")
+    return records
+
+
+def read(path: str | Path, on_bad: Callable[[str], None] | None = None) -> list[Record]:
+    """Every record of ``path`` (none when it does not exist), as ``parse`` reads them."""
+    path = Path(path)
+    try:
+        return parse(path.read_bytes(), path, on_bad) if path.exists() else []
+    except OSError as err:
+        raise named(err, path) from err
+
+
+def done(records: Iterable[Record]) -> set[Identity]:
+    """The identities that succeeded: a pair is done only for the same version and fingerprint
+    (records without them never match)."""
+    return {r.identity for r in records if r.ok}
+
+
+def append(path: str | Path, record: Record) -> bool:
+    """Append ``record`` unless its identity already succeeded (another process finished it
+    meanwhile); returns whether it was appended."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a+b") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+            f.seek(0)
+            data = f.read()
+            whole = data.rfind(b"\n") + 1
+            if whole < len(data):  # a writer died mid-line; under the lock nobody else writes
+                f.truncate(whole)
+            if record.identity in done(parse(data[:whole], path)):
+                return False
+            f.write((record.to_json() + "\n").encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        raise named(err, path) from err
+    return True
+
+
+def merge(records: Iterable[Record]) -> list[Record]:
+    """One successful record per (checkpoint, probe), in file order of first appearance: a
+    later record of the same identity replaces the earlier (a rerun), and records of the same
+    probe with other parameters (scored MCQA protocols at every checkpoint, generated ones on
+    a thinner cadence) add their metrics."""
+    merged: dict[tuple[str, str], Record] = {}
+    for record in records:
+        if not record.ok:
+            continue
+        key = (record.identity[0], record.probe)
+        old = merged.get(key)
+        if old is not None and old.params != record.params:
+            record = Record(**{**asdict(record), "metrics": {**old.metrics, **record.metrics}})
+        merged[key] = record
+    return list(merged.values())

@@ -1,0 +1,221 @@
+"""The one path from a checkpoint to a record.
+
+The training callback, ``bytecanary probe``, ``--watch`` and the catch-up at (re)start all
+call ``Pipeline``: load the weights, prepare each probe (cached per probe, tokenizer and data
+folder; every probe before the model runs), compute (under torch.distributed each rank its
+share of the samples), aggregate on rank 0 with the explicit ``Context``, build the
+``Record``, append it under the lock, publish it. One failure policy everywhere: a probe
+that raises is a ``failed`` record and the others go on; ``strict`` makes it fatal. A
+(checkpoint, probe) pair is done when ``bytecanary.records`` holds a successful record of
+its identity, and only ``todo`` and ``measure`` ask.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sized
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bytecanary import records
+from bytecanary.errors import BytecanaryError
+from bytecanary.io import warn
+from bytecanary.probes.registry import Probe
+from bytecanary.probes.targets import Loaded, Loader, Target, data_dir_of
+from bytecanary.records import Context, Record
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A rank's payload when its share raised."""
+
+    error: str
+
+
+def _dist() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def rank_and_world() -> tuple[int, int]:
+    return (torch.distributed.get_rank(), torch.distributed.get_world_size()) if _dist() else (0, 1)
+
+
+def gather(payload: Any) -> list[Any]:
+    """Every rank's payload, on every rank."""
+    if not _dist():
+        return [payload]
+    gathered: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(gathered, payload)
+    return gathered
+
+
+def broadcast(value: Any) -> Any:
+    """Rank 0's ``value``, on every rank."""
+    if not _dist():
+        return value
+    box = [value]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _key(path: str | Path | None) -> str:
+    return str(Path(path).resolve()) if path is not None else "-"
+
+
+class Pipeline:
+    """Probes ``probes`` into the records file ``out``; ``publish`` hears of every record
+    appended (to log it), on rank 0. ``strict`` names the setting that makes a failing probe
+    fatal (``run.probe_strict``, ``--strict``), for its error; None: a failure is a record."""
+
+    def __init__(
+        self,
+        probes: list[Probe],
+        out: str | Path,
+        strict: str | None = None,
+        source: str | Path | None = None,
+        publish: Callable[[Record], None] | None = None,
+    ) -> None:
+        self.probes, self.out, self.strict, self.source = probes, Path(out), strict, source
+        self.publish = publish or (lambda record: None)
+        self._prepared: dict[tuple[int, str, str, str | None], tuple[Any, str]] = {}
+        self._params: dict[tuple[int, str], str] = {}
+
+    def _where(self, probe: Probe) -> str:
+        return f"{self.source}: probes: {probe.name}" if self.source else f"probes: {probe.name}"
+
+    def prepare(self, index: int, tokenizer: Any, data_dir: Path | None, revision: str | None = None):
+        """(prepared samples, fingerprint) of probe ``index``; a missing, unreadable or empty
+        eval set is one ``BytecanaryError`` naming the source and the probe."""
+        key = (index, _key(data_dir), _key(tokenizer.name_or_path), revision)
+        if key not in self._prepared:
+            probe = self.probes[index]
+            try:
+                prepared = probe.prepare(tokenizer, data_dir)
+            except BytecanaryError as err:
+                raise BytecanaryError(f"{self._where(probe)}: {err}") from None
+            except OSError as err:
+                raise BytecanaryError(f"{self._where(probe)}: {err.filename}: {err.strerror}") from None
+            samples = getattr(prepared, "samples", prepared)  # the UTF-8 probes' Prepared, or a list
+            if isinstance(samples, Sized) and len(samples) == 0:
+                where = self._where(probe)
+                raise BytecanaryError(f"{where}: the eval set has no samples (data {data_dir})")
+            self._prepared[key] = (prepared, self.params(index, data_dir))
+        return self._prepared[key]
+
+    def params(self, index: int, data_dir: Path | None) -> str:
+        """Probe ``index``'s fingerprint on ``data_dir``'s eval sets (read once)."""
+        key = (index, _key(data_dir))
+        if key not in self._params:
+            probe = self.probes[index]
+            try:
+                self._params[key] = probe.fingerprint(data_dir)
+            except BytecanaryError as err:
+                raise BytecanaryError(f"{self._where(probe)}: {err}") from None
+            except OSError as err:
+                raise BytecanaryError(f"{self._where(probe)}: {err.filename}: {err.strerror}") from None
+        return self._params[key]
+
+    def finished(self) -> set[records.Identity]:
+        """The identities of the successful records in ``out`` as it is now: the one place
+        that decides whether a (checkpoint, probe) pair is done."""
+        return records.done(records.read(self.out))
+
+    def todo(
+        self, targets: Iterable[Target], due: Callable[[Target], Iterable[int]] | None = None
+    ) -> list[tuple[Target, list[int]]]:
+        """(target, indices of its due probes without a successful record) of each target
+        with any. A target's data folder (for the fingerprint) is read only when it has
+        records at all."""
+        finished = self.finished()
+        probed = {checkpoint for checkpoint, *_ in finished}
+        out = []
+        for target in targets:
+            indices = list(due(target) if due else range(len(self.probes)))
+            if target.key in probed:
+                data_dir = data_dir_of(target)
+                indices = [i for i in indices if self._identity(target.key, i, data_dir) not in finished]
+            out += [(target, indices)] if indices else []
+        return out
+
+    def _identity(self, checkpoint: str, index: int, data_dir: Path | None) -> records.Identity:
+        probe = self.probes[index]
+        return records.identity(checkpoint, None, probe.name, probe.version, self.params(index, data_dir))
+
+    def probe(
+        self,
+        loader: Loader,
+        target: Target,
+        indices: Iterable[int],
+        on_unloadable: Callable[[BytecanaryError], None] | None = None,
+    ) -> list[Record]:
+        """Load ``target`` and measure the probes ``indices`` on it. A target that does not
+        load raises, or with ``on_unloadable`` is passed to it and skipped."""
+        try:
+            loaded: Loaded = loader.load(target)
+        except BytecanaryError as err:
+            if on_unloadable is None:
+                raise
+            on_unloadable(err)
+            return []
+        context = Context(target.key, loaded.step, loaded.tokens_seen)
+        return self.measure(loaded, indices, context, target.revision)
+
+    def measure(
+        self, loaded: Loaded, indices: Iterable[int], context: Context, revision: str | None = None
+    ) -> list[Record]:
+        """The probes ``indices`` on a loaded model (every rank its share); returns the
+        records appended (on rank 0; other ranks get none)."""
+        indices = list(indices)
+        prepared = [self.prepare(i, loaded.tokenizer, loaded.data_dir, revision) for i in indices]
+        appended = []
+        for index, (samples, params) in zip(indices, prepared, strict=True):
+            probe = self.probes[index]
+            identity = records.identity(context.checkpoint, context.step, probe.name, probe.version, params)
+            if broadcast(identity in self.finished() if rank_and_world()[0] == 0 else None):
+                continue  # another process finished it meanwhile
+            record = self._measure_one(probe, loaded, samples, params, context)
+            if record is not None and records.append(self.out, record):
+                appended.append(record)
+                self.publish(record)
+                if record.error:
+                    where = f"step {context.step}" if context.checkpoint is None else context.checkpoint
+                    warn(f"probe {probe.name} on {where} failed: {record.error}")
+            self._check_strict(probe, context, record)
+        return appended
+
+    def _measure_one(
+        self, probe: Probe, loaded: Loaded, samples: Any, params: str, context: Context
+    ) -> Record | None:
+        """One probe on the loaded model; rank 0 returns its record."""
+        rank, world = rank_and_world()
+        start = time.perf_counter()
+        try:
+            with torch.no_grad():
+                payload: Any = probe.compute(loaded.model, loaded.tokenizer, samples, rank, world)
+        except Exception as err:  # recorded, not raised: one probe must not stop the others
+            payload = Failure(f"{type(err).__name__}: {err}")
+        payloads = gather(payload)
+        if rank != 0:
+            return None
+        failed = [p for p in payloads if isinstance(p, Failure)]
+        metrics, error = None, failed[0].error if failed else None
+        if not failed:
+            try:
+                metrics = probe.aggregate(samples, payloads, context)
+            except Exception as err:
+                error = f"{type(err).__name__}: {err}"
+        seconds = time.perf_counter() - start
+        return Record.of(
+            context, probe, params, metrics, seconds=seconds, threads=torch.get_num_threads(), error=error
+        )
+
+    def _check_strict(self, probe: Probe, context: Context, record: Record | None) -> None:
+        error = broadcast(record.error if record is not None else None)
+        if error is not None and self.strict:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else "failed"
+            raise BytecanaryError(
+                f"probe {probe.name} failed at step {context.step} ({self.strict}): {first}"
+            )

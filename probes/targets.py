@@ -1,0 +1,176 @@
+"""What to probe: checkpoints named on a command line or found in a folder, and how to load one.
+
+A target is a checkpoint file (a run's weights file ``step{N}.safetensors``, or a Lightning
+``.ckpt``), an HF model folder, or a model id at a revision (Pythia's ``step1000``...); a
+run folder, or its ``checkpoints/``, stands for its weights files. Loading never runs
+remote code; anything unreadable is one ``BytecanaryError`` naming it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bytecanary.checkpoints import (
+    STATE,
+    WEIGHTS,
+    checkpoint_data_dir,
+    load_gpt2,
+    probe_checkpoints,
+    read_meta,
+    step_of,
+    tokenizer_dir,
+)
+from bytecanary.errors import BytecanaryError
+from bytecanary.io import read_json
+
+# what a model folder holds when its tokenizer was saved beside it (save_pretrained)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One checkpoint to probe; ``key`` is its ``checkpoint`` field in the records."""
+
+    key: str
+    path: str
+    kind: str  # "file" (a weights file or a .ckpt) or "hf"
+    revision: str | None = None
+
+    @property
+    def step_hint(self) -> int:
+        return step_of(self.revision or Path(self.path).name)
+
+    @classmethod
+    def file(cls, path: str | Path) -> Target:
+        return cls(str(Path(path).resolve()), str(path), "file")
+
+
+@dataclass
+class Loaded:
+    model: Any
+    tokenizer: Any
+    data_dir: Path | None
+    step: int | None
+    tokens_seen: int | None
+
+
+def in_folder(folder: Path) -> list[Target]:
+    """The weights files of ``folder`` (or of its ``checkpoints/``) in step order."""
+    for where in (folder, folder / "checkpoints"):
+        files = probe_checkpoints(where)
+        if files:
+            return [Target.file(f) for f in files]
+    return []
+
+
+def resolve(paths: list[str], revisions: list[str] | None = None) -> list[Target]:
+    """Every checkpoint the PATH arguments name, in step order within each PATH."""
+    targets: list[Target] = []
+    for raw in paths:
+        path = Path(raw)
+        if revisions:
+            targets += [Target(f"{raw}@{rev}", raw, "hf", rev) for rev in revisions]
+        elif path.is_file() and path.suffix in (WEIGHTS, STATE):
+            targets.append(Target.file(raw))
+        elif path.is_dir() and (path / "config.json").is_file():
+            targets.append(Target(str(path.resolve()), raw, "hf"))
+        elif path.is_dir() and in_folder(path):
+            targets += in_folder(path)
+        else:
+            raise BytecanaryError(
+                f"{raw}: not a checkpoint (.safetensors, .ckpt), an HF model folder, "
+                "a folder of checkpoints, or (with --revision) a model id"
+            )
+    return targets
+
+
+def _hf_info(target: Target) -> dict[str, Any]:
+    """``bytecanary.json`` beside an exported model (step, tokens_seen, data_dir), if any."""
+    info_path = Path(target.path) / "bytecanary.json"
+    return read_json(info_path) if info_path.is_file() else {}
+
+
+def data_dir_of(target: Target) -> Path | None:
+    """The data folder the checkpoint was trained on (its eval sets), from its metadata:
+    no model is built, so an already-probed checkpoint is checked cheaply."""
+    if target.kind == "file":
+        return checkpoint_data_dir(read_meta(target.path))
+    info = _hf_info(target)
+    return Path(info["data_dir"]) if info.get("data_dir") else None
+
+
+class Loader:
+    """Loads targets onto one device. Weights files of one model shape load in place into one
+    fp32 model, so probing a series allocates no second model; tokenizers are read once."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self._model: Any = None
+        self._shape: dict[str, Any] | None = None
+        self._tokenizers: dict[str, Any] = {}
+
+    def tokenizer(self, folder: str | Path) -> Any:
+        from transformers import AutoTokenizer
+
+        key = str(Path(folder).resolve())
+        if key not in self._tokenizers:
+            self._tokenizers[key] = AutoTokenizer.from_pretrained(key)
+        return self._tokenizers[key]
+
+    def load(self, target: Target) -> Loaded:
+        """Model, tokenizer and where they came from."""
+        if target.kind == "file":
+            shape = read_meta(target.path).get("gpt2_config")
+            meta, model = load_gpt2(target.path, into=self._model if shape == self._shape else None)
+            self._model, self._shape = model.to(self.device), shape
+            tokenizer = self.tokenizer(tokenizer_dir(meta, target.path))
+            data_dir = checkpoint_data_dir(meta)
+            return Loaded(self._model, tokenizer, data_dir, meta.get("step"), meta.get("tokens_seen"))
+        model, tokenizer = _load_hf(target)
+        info = _hf_info(target)
+        step = info.get("step", target.step_hint if target.step_hint >= 0 else None)
+        return Loaded(model.to(self.device), tokenizer, data_dir_of(target), step, info.get("tokens_seen"))
+
+
+def _load_hf(target: Target) -> tuple[Any, Any]:
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(target.path)
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        # transformers would quietly fall back to a tokenizer of the model type
+        wanted = " or ".join(TOKENIZER_FILES[:2])
+        raise BytecanaryError(f"{target.path}: no tokenizer beside the model (no {wanted})")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            target.path, revision=target.revision, trust_remote_code=False
+        )
+        tokenizer = AutoTokenizer.from_pretrained(
+            target.path, revision=target.revision, trust_remote_code=False
+        )
+    except (OSError, ValueError, SafetensorError) as err:  # SafetensorError: a truncated weights file
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise BytecanaryError(f"{target.key}: cannot load the model: {first}") from None
+    return model.eval(), tokenizer
+
+
+def watch(folder: Path, interval: float) -> Iterator[list[Target]]:
+    """Yield the checkpoints that appeared or changed (size, mtime) in ``folder`` since the
+    last look, forever: a file caught half-written comes again once it is whole."""
+    seen: dict[str, tuple[int, int]] = {}
+    while True:
+        fresh = []
+        for target in in_folder(folder) if folder.exists() else []:
+            try:
+                st = Path(target.path).stat()
+            except FileNotFoundError:  # replaced between the listing and now
+                continue
+            if seen.get(target.key) != (st.st_size, st.st_mtime_ns):
+                seen[target.key] = (st.st_size, st.st_mtime_ns)
+                fresh.append(target)
+        yield fresh
+        time.sleep(interval)
