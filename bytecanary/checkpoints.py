@@ -20,6 +20,7 @@ from any working directory.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -78,8 +79,11 @@ def _existing(path: str | Path) -> Path:
 
 
 def _reason(err: Exception) -> str:
-    first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
-    return f"{type(err).__name__}: {first}"
+    """An exception as one line: its type and first line, with the line after a first line
+    that ends in ":" (torch's "Error(s) in loading state_dict for ...:" says what only there)."""
+    lines = [" ".join(line.split()) for line in str(err).splitlines() if line.strip()]
+    text = " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines or [""])[0]
+    return f"{type(err).__name__}: {text[:300]}"
 
 
 def checkpoint_meta(ckpt: dict[str, Any], path: str | Path) -> dict[str, Any]:
@@ -140,6 +144,22 @@ def _read_safetensors(path: Path, tensors: bool) -> tuple[dict[str, Any], dict[s
     return meta, state
 
 
+def weights_id(path: str | Path) -> str | None:
+    """What a weights file is, wherever it lies: a hash of its safetensors header, which holds
+    the run's metadata (config, step, tokens seen, the losses at that step, the tokenizer's
+    hash) and the tensors' layout. Moving or copying a run keeps it; None for a file without
+    a readable header (its records fall back to its path)."""
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = f.read(size) if 0 < size < 100_000_000 else b""
+    except OSError:
+        return None
+    if len(header) != size or META_KEY.encode() not in header:
+        return None
+    return "sha256:" + hashlib.sha256(header).hexdigest()[:16]
+
+
 def read_meta(path: str | Path) -> dict[str, Any]:
     """A checkpoint's metadata; of a weights file only its header is read."""
     path = _existing(path)
@@ -157,6 +177,17 @@ def read_weights(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return checkpoint_meta(ckpt, path), gpt2_state(ckpt["state_dict"])
 
 
+def _check_shapes(path: str | Path, state: Mapping[str, Any], expected: Mapping[str, Any]) -> None:
+    """One line naming the first tensor whose shape differs from the model's config."""
+    for name, tensor in state.items():
+        want = expected.get(name)
+        if want is not None and tuple(tensor.shape) != tuple(want.shape):
+            raise BytecanaryError(
+                f"{path}: weights do not fit the GPT-2 config: {name} is {list(tensor.shape)} "
+                f"in the file, {list(want.shape)} in the config"
+            )
+
+
 def load_gpt2(path: str | Path, into: Any = None) -> tuple[dict[str, Any], Any]:
     """(metadata, fp32 ``GPT2LMHeadModel`` in eval mode) of a weights file or a full state.
     ``into``, a model of the same config (on any device), is loaded in place rather than a
@@ -165,6 +196,7 @@ def load_gpt2(path: str | Path, into: Any = None) -> tuple[dict[str, Any], Any]:
 
     meta, state = read_weights(path)
     model = into if into is not None else GPT2LMHeadModel(GPT2Config.from_dict(meta["gpt2_config"])).float()
+    _check_shapes(path, state, model.state_dict())
     try:
         result = model.load_state_dict(state, strict=False)  # copies, casting to fp32
     except RuntimeError as err:  # a shape that does not fit

@@ -67,9 +67,9 @@ def export(checkpoint: str, out_dir: str, *, force: bool = False) -> int:
     Args:
         checkpoint: a weights file (step<N>.safetensors) or a Lightning .ckpt
         out_dir: output folder (safetensors + tokenizer)
-        force: replace a non-empty OUT_DIR (a run folder is never replaced)
+        force: replace a previous export in OUT_DIR (nothing else is ever replaced)
     """
-    from bytecanary.train.checkpointing import export as export_checkpoint
+    from bytecanary.train.export import export as export_checkpoint
 
     out = export_checkpoint(checkpoint, out_dir, force=force)
     print(f"exported {checkpoint} -> {out} (AutoModelForCausalLM / AutoTokenizer load it)")
@@ -170,10 +170,12 @@ def probe(
         revisions=[r for r in (series.revision or "").split(",") if r] or None,
         device=device,
     )
-    run(paths, probe_specs(choice.config, names), job, finish=add_mcqa_series)
+    code = run(paths, probe_specs(choice.config, names), job, finish=add_mcqa_series)
     print(summary(Path(output.out)))
     print(f"records: {Path(output.out)}")
-    return 0
+    if code:
+        print(f"error: probe: some probes failed; their records in {output.out} say why", file=sys.stderr)
+    return code
 
 
 def demo(

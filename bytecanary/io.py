@@ -75,15 +75,26 @@ def remove_stale_temps(folder: str | Path) -> list[Path]:
     return stale
 
 
+def output_problem(path: str | Path, folder: bool = False) -> str | None:
+    """Why ``path`` cannot be written (a file, or a ``folder``), or None; creates nothing."""
+    path = Path(path)
+    if path.exists() and path.is_dir() != folder:
+        return f"{path}: exists and is not a {'folder' if folder else 'file'}"
+    nearest = next(p for p in path.absolute().parents if p.exists())
+    if not nearest.is_dir():
+        return f"{path}: {nearest} is a file, not a folder"
+    if not os.access(nearest, os.W_OK):
+        return f"{nearest}: not writable"
+    return None
+
+
 def check_output(path: str | Path, folder: bool = False) -> Path:
     """Fail now rather than after the work: ``path`` must be of the right kind if it exists
     (a file, or a ``folder``), and its parent folder must exist or be creatable."""
     path = Path(path)
-    if path.exists() and path.is_dir() != folder:
-        raise BytecanaryError(f"{path}: exists and is not a {'folder' if folder else 'file'}")
-    nearest = next(p for p in path.absolute().parents if p.exists())
-    if not nearest.is_dir():
-        raise BytecanaryError(f"{path}: {nearest} is a file, not a folder")
+    problem = output_problem(path, folder)
+    if problem:
+        raise BytecanaryError(problem)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not os.access(path.parent, os.W_OK):
         raise BytecanaryError(f"{path.parent}: not writable")
@@ -154,7 +165,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a fresh temporary folder beside ``path``; on success it takes the place of
     ``path`` (an older ``path`` is moved aside first and removed only once the new one is
     in place), on error it is deleted. Callers decide whether replacing ``path`` is theirs
-    to do (``refuse_foreign_dir``)."""
+    to do."""
     path = check_output(path, folder=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     old = tmp.with_name(tmp.name.removesuffix(".tmp") + ".old")
@@ -168,19 +179,6 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         raise named(err, path, tmp) from err
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old.is_symlink():  # rmtree refuses a link; the link itself is what was moved aside
+            old.unlink()
         shutil.rmtree(old, ignore_errors=True)
-
-
-def refuse_foreign_dir(path: str | Path, force: bool, protected: tuple[str, ...] = ()) -> None:
-    """An output folder may be replaced only when it is absent or empty, or with ``force``;
-    a folder holding any of ``protected`` (a run folder's ``checkpoints``) never."""
-    path = check_output(path, folder=True)
-    if not path.is_dir() or not any(path.iterdir()):
-        return
-    held = [name for name in protected if (path / name).exists()]
-    if held:
-        raise BytecanaryError(
-            f"{path}: holds {', '.join(held)}; refusing to replace it, choose another folder"
-        )
-    if not force:
-        raise BytecanaryError(f"{path}: not empty; pass --force to replace it, or choose another folder")

@@ -21,7 +21,7 @@ from typing import Any
 
 from bytecanary.io import named
 
-SCHEMA = 1  # bump when a field changes meaning; records without it are schema 0
+SCHEMA = 2  # bump when a field changes meaning (2: checkpoint_id); records without it are schema 0
 NO_METRICS = "no metrics (empty eval set?)"
 Identity = tuple[str, str, int | None, str | None]
 
@@ -31,10 +31,13 @@ class Context:
     """What a measurement was taken on: the fields every record and per-sample line starts with."""
 
     checkpoint: str | None
-    """The checkpoint's key (a weights file's resolved path, ``model@revision``); None for a
-    fire on the live training module."""
+    """Where the checkpoint was (a weights file's resolved path, ``model@revision``); None for
+    a fire on the live training module."""
     step: int | None
     tokens_seen: int | None
+    checkpoint_id: str | None = None
+    """What the checkpoint is, wherever it lies (``checkpoints.weights_id`` of a weights
+    file); None where only its path names it."""
 
     def fields(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,11 +61,13 @@ class Record:
     threads: int | None
     """torch's intra-op threads while it ran: what ``seconds`` were spent on."""
     metrics: dict[str, float] = field(default_factory=dict)
+    checkpoint_id: str | None = None
+    """What the checkpoint is, wherever it lies; records without one are known by ``checkpoint``."""
     schema: int = SCHEMA
 
     @classmethod
     def of(
-        cls, context: Context, probe: Any, params: str, metrics: dict[str, float] | None, **how: Any
+        cls, context: Context, probe: Any, params: str | None, metrics: dict[str, float] | None, **how: Any
     ) -> Record:
         """The record of ``probe`` (name, version) at ``context``; ``how`` holds ``seconds``,
         ``threads`` and ``error``. A run that raised nothing but measured nothing failed too."""
@@ -85,15 +90,17 @@ class Record:
 
     @property
     def identity(self) -> Identity:
-        return identity(self.checkpoint, self.step, self.probe, self.version, self.params)
+        where = self.checkpoint_id or self.checkpoint
+        return identity(where, self.step, self.probe, self.version, self.params)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
 
 
 def identity(checkpoint: str | None, step: int | None, probe: str, version: int | None, params: str | None):
-    """What makes two records the same result: the checkpoint (for a fire on the live module,
-    which has no file, its step), the probe, its version and its fingerprint."""
+    """What makes two records the same result: the checkpoint (its ``checkpoint_id`` where it
+    has one, so a moved or copied run is the same run; for a fire on the live module, which
+    has no file, its step), the probe, its version and its fingerprint."""
     return (checkpoint if checkpoint is not None else f"live step {step}", probe, version, params)
 
 
@@ -182,14 +189,19 @@ def append(path: str | Path, record: Record) -> bool:
     return True
 
 
-def merge(records: Iterable[Record]) -> list[Record]:
+def merge(records: Iterable[Record], on_left_out: Callable[[str], None] | None = None) -> list[Record]:
     """One successful record per (checkpoint, probe), in file order of first appearance: a
     later record of the same identity replaces the earlier (a rerun), and records of the same
-    probe with other parameters (scored MCQA protocols at every checkpoint, generated ones on
-    a thinner cadence) add their metrics."""
+    probe with other parameters add their metrics when they measure other things (scored MCQA
+    protocols at every checkpoint, generated ones on a thinner cadence: a few keys such as a
+    task's ``n`` in common). Where two parameterisations of a probe measure the same things
+    (most keys in common: 4 against 8 characters per language), only the newest is kept,
+    never one curve of mixed ``n``: ``on_left_out`` hears of the records left out."""
+    ok = [r for r in records if r.ok]
+    kept = _newest_parameterisations(ok, on_left_out)
     merged: dict[tuple[str, str], Record] = {}
-    for record in records:
-        if not record.ok:
+    for record in ok:
+        if (record.probe, record.params) not in kept:
             continue
         key = (record.identity[0], record.probe)
         old = merged.get(key)
@@ -197,3 +209,32 @@ def merge(records: Iterable[Record]) -> list[Record]:
             record = Record(**{**asdict(record), "metrics": {**old.metrics, **record.metrics}})
         merged[key] = record
     return list(merged.values())
+
+
+def _same_measure(a: set[str], b: set[str]) -> bool:
+    return 2 * len(a & b) > min(len(a), len(b))
+
+
+def _newest_parameterisations(
+    ok: list[Record], on_left_out: Callable[[str], None] | None
+) -> set[tuple[str, str | None]]:
+    """The (probe, params) kept: newest first, each that measures other things than every
+    newer one kept (fewer than half of the smaller key set in common)."""
+    keys: dict[tuple[str, str | None], set[str]] = {}
+    counts: dict[tuple[str, str | None], int] = {}
+    for record in ok:  # dict order: by first appearance; moved to the end by each later one
+        pair = (record.probe, record.params)
+        keys[pair] = keys.pop(pair, set()) | set(record.metrics)
+        counts[pair] = counts.get(pair, 0) + 1
+    kept: dict[tuple[str, str | None], set[str]] = {}
+    for pair in reversed(keys):
+        newer = [other for other in kept if other[0] == pair[0] and _same_measure(kept[other], keys[pair])]
+        if not newer:
+            kept[pair] = keys[pair]
+        elif on_left_out is not None:
+            probe, params = pair
+            on_left_out(
+                f"{probe}: {counts[pair]} records with params {params} left out: they measure the "
+                f"same keys as the newer params {newer[0][1]} with other parameters"
+            )
+    return set(kept)

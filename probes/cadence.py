@@ -18,6 +18,7 @@ a step count: tokens per step are fixed within a run, so "the first checkpoint a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ class Cadence:
             if (
                 isinstance(self.log_base, bool)
                 or not isinstance(self.log_base, int | float)
+                or not math.isfinite(self.log_base)
                 or self.log_base <= 1
             ):
                 raise ValueError(f"log_base must be a number > 1, got {self.log_base!r}")

@@ -31,7 +31,6 @@ from lightning.pytorch.callbacks import Checkpoint
 from tqdm.auto import tqdm
 
 from bytecanary import keys
-from bytecanary.io import warn
 from bytecanary.probes.common import build_probes
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import Probe
@@ -151,11 +150,9 @@ class ProbeCallback(Checkpoint):
             model.train(was_training)
 
     def _fire(self, target: Target, indices: list[int], catching_up: bool = False) -> None:
-        def skip(err: Exception) -> None:  # resuming skips it too; the run rewrites it
-            if self._trainer.is_global_zero:
-                warn(f"{err}; its probes are not caught up")
-
-        made = self.pipeline.probe(self._loader, target, indices, skip if catching_up else None)
+        """A checkpoint that does not load stops training, unless it is caught up on (resuming
+        skips it too, and the run rewrites it)."""
+        made = self.pipeline.probe(self._loader, target, indices, "skip" if catching_up else "raise")
         if made:
             self._log_seconds(made, Context(target.key, made[0].step, made[0].tokens_seen))
 

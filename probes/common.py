@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -24,6 +25,7 @@ import jsonargparse
 import numpy as np
 
 from bytecanary.errors import BytecanaryError
+from bytecanary.io import output_problem
 from bytecanary.probes.cadence import Cadence
 from bytecanary.probes.registry import Probe, probe_class
 
@@ -34,6 +36,15 @@ def at_least(name: str, value: int, low: int) -> None:
     """A config check: ``ValueError`` naming the field when ``value`` < ``low``."""
     if value < low:
         raise ValueError(f"{name} must be >= {low}, got {value!r}")
+
+
+def within(name: str, value: float, low: float, high: float, low_open: bool = False) -> None:
+    """A config check: ``ValueError`` naming the field unless ``value`` is a finite number in
+    [low, high] ((low, high] with ``low_open``)."""
+    ok = math.isfinite(value) and (low < value if low_open else low <= value) and value <= high
+    if not ok:
+        bracket = "(" if low_open else "["
+        raise ValueError(f"{name} must be a number in {bracket}{low:g}, {high:g}], got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,8 @@ class GenerationSettings(Checked):
 
     def __post_init__(self) -> None:
         at_least("max_new_tokens", self.max_new_tokens, 1)
+        within("temperature", self.temperature, 0, math.inf)
+        at_least("top_k", self.top_k, 0)
         super().__post_init__()
 
 
@@ -83,6 +96,12 @@ class PerSample(Checked):
 
     records: str | None = None
     """Append one JSON line per sample to this file."""
+
+    def __post_init__(self) -> None:
+        problem = output_problem(self.records) if self.records is not None else None
+        if problem:
+            raise ValueError(f"records: {problem}")
+        super().__post_init__()
 
 
 def shard_indices(n: int, batch_size: int, rank: int, world: int) -> np.ndarray:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -39,6 +39,10 @@ def _dist() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
+def rank0() -> bool:
+    return not _dist() or torch.distributed.get_rank() == 0
+
+
 def rank_and_world() -> tuple[int, int]:
     return (torch.distributed.get_rank(), torch.distributed.get_world_size()) if _dist() else (0, 1)
 
@@ -59,6 +63,15 @@ def broadcast(value: Any) -> Any:
     box = [value]
     torch.distributed.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def nonfinite(model: Any) -> str | None:
+    """The first parameter holding NaN or inf, as ``name (NaN)``; None when all are finite."""
+    for name, tensor in model.named_parameters():
+        if not torch.isfinite(tensor).all():
+            kind = "NaN" if torch.isnan(tensor).any() else "inf"
+            return f"{name} holds {kind}"
+    return None
 
 
 def _key(path: str | Path | None) -> str:
@@ -134,57 +147,89 @@ class Pipeline:
         out = []
         for target in targets:
             indices = list(due(target) if due else range(len(self.probes)))
-            if target.key in probed:
-                data_dir = data_dir_of(target)
-                indices = [i for i in indices if self._identity(target.key, i, data_dir) not in finished]
+            if {target.id, target.key} & probed:
+                data_dir, context = data_dir_of(target), target.context(None, None)
+                indices = [i for i in indices if not self._done(context, i, data_dir, finished)]
             out += [(target, indices)] if indices else []
         return out
 
-    def _identity(self, checkpoint: str, index: int, data_dir: Path | None) -> records.Identity:
-        probe = self.probes[index]
-        return records.identity(checkpoint, None, probe.name, probe.version, self.params(index, data_dir))
+    def _done(
+        self, context: Context, index: int, data_dir: Path | None, finished: set[records.Identity]
+    ) -> bool:
+        """Whether probe ``index`` succeeded on the checkpoint of ``context``: known by its id,
+        or by its path in a record written before checkpoints had ids."""
+        probe, params = self.probes[index], self.params(index, data_dir)
+        wheres = {context.checkpoint_id, context.checkpoint} - {None} or {None}
+        return any(
+            records.identity(where, context.step, probe.name, probe.version, params) in finished
+            for where in wheres
+        )
 
     def probe(
         self,
         loader: Loader,
         target: Target,
         indices: Iterable[int],
-        on_unloadable: Callable[[BytecanaryError], None] | None = None,
+        unloadable: Literal["raise", "skip", "fail"] = "raise",
     ) -> list[Record]:
         """Load ``target`` and measure the probes ``indices`` on it. A target that does not
-        load raises, or with ``on_unloadable`` is passed to it and skipped."""
+        load raises; or is skipped with a warning (a file still being written comes again);
+        or gets a failed record per probe, so a series goes on past it."""
         try:
             loaded: Loaded = loader.load(target)
         except BytecanaryError as err:
-            if on_unloadable is None:
+            if unloadable == "raise":
                 raise
-            on_unloadable(err)
-            return []
-        context = Context(target.key, loaded.step, loaded.tokens_seen)
-        return self.measure(loaded, indices, context, target.revision)
+            if unloadable == "skip":
+                if rank0():
+                    warn(f"{err}; not probed now, tried again later")
+                return []
+            context = target.context(target.step_hint if target.step_hint >= 0 else None, None)
+            return self._append([self._failed(self.probes[i], None, context, str(err)) for i in indices])
+        return self.measure(loaded, indices, target.context(loaded.step, loaded.tokens_seen), target.revision)
 
     def measure(
         self, loaded: Loaded, indices: Iterable[int], context: Context, revision: str | None = None
     ) -> list[Record]:
         """The probes ``indices`` on a loaded model (every rank its share); returns the
-        records appended (on rank 0; other ranks get none)."""
+        records appended (on rank 0; other ranks get none). Non-finite weights fail every
+        probe with a record naming the tensor, rather than measuring argmaxes of NaN."""
         indices = list(indices)
         prepared = [self.prepare(i, loaded.tokenizer, loaded.data_dir, revision) for i in indices]
+        broken = nonfinite(loaded.model)
         appended = []
         for index, (samples, params) in zip(indices, prepared, strict=True):
             probe = self.probes[index]
-            identity = records.identity(context.checkpoint, context.step, probe.name, probe.version, params)
-            if broadcast(identity in self.finished() if rank_and_world()[0] == 0 else None):
+            if broadcast(self._done(context, index, loaded.data_dir, self.finished()) if rank0() else None):
                 continue  # another process finished it meanwhile
-            record = self._measure_one(probe, loaded, samples, params, context)
+            if broken:
+                record = self._failed(probe, params, context, f"non-finite weights: {broken}")
+            else:
+                record = self._measure_one(probe, loaded, samples, params, context)
+            appended += self._append([record])
+            self._check_strict(probe, context, record)
+        return appended
+
+    def _append(self, made: list[Record | None]) -> list[Record]:
+        """Append each record (rank 0 holds them), publish it, warn of a failure; returns
+        those appended."""
+        appended = []
+        for record in made:
             if record is not None and records.append(self.out, record):
                 appended.append(record)
                 self.publish(record)
                 if record.error:
-                    where = f"step {context.step}" if context.checkpoint is None else context.checkpoint
-                    warn(f"probe {probe.name} on {where} failed: {record.error}")
-            self._check_strict(probe, context, record)
+                    where = f"step {record.step}" if record.checkpoint is None else record.checkpoint
+                    warn(f"probe {record.probe} on {where} failed: {record.error}")
         return appended
+
+    def _failed(self, probe: Probe, params: str | None, context: Context, error: str) -> Record | None:
+        """A failed record of ``probe`` that did not run (rank 0; None elsewhere)."""
+        if not rank0():
+            return None
+        return Record.of(
+            context, probe, params, None, seconds=0.0, threads=torch.get_num_threads(), error=error
+        )
 
     def _measure_one(
         self, probe: Probe, loaded: Loaded, samples: Any, params: str, context: Context

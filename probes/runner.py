@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import check_output, warn
+from bytecanary.io import check_output
 from bytecanary.probes.common import build_probes, validate_specs
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.targets import Loader, Target, data_dir_of, resolve, watch
@@ -63,21 +63,22 @@ def probe_specs(config: str | None, names: list[str] | None) -> list[dict[str, A
 def probe_targets(
     pipeline: Pipeline, loader: Loader, targets: list[Target], retry: bool = False
 ) -> list[Record]:
-    """Probe every (target, probe) pair not yet in the records; returns the new records. With
-    ``retry`` (watching), a checkpoint that does not load is skipped with a warning."""
+    """Probe every (target, probe) pair not yet in the records; returns the new records. A
+    checkpoint of a series that does not load gets failed records and the series goes on;
+    with ``retry`` (watching) it is skipped with a warning instead; named alone, it raises."""
     todo = pipeline.todo(targets)
     if not todo:
         print(f"nothing to do: every checkpoint and probe is already in {pipeline.out}")
         return []
 
-    def skip(err: Exception) -> None:
-        warn(f"{err}; skipped, tried again when the file changes")
-
+    # watching, a file may still be in flight; in a series, one bad file must not stop the rest;
+    # a checkpoint named alone is a bad input, one error line
+    unloadable = "skip" if retry else "fail" if len(targets) > 1 else "raise"
     made: list[Record] = []
     with tqdm(total=sum(len(indices) for _, indices in todo), desc="probing", unit="probe") as bar:
         for target, indices in todo:
             bar.set_postfix_str(f"{Path(target.path).name} ({len(indices)} probes)")
-            made += pipeline.probe(loader, target, indices, skip if retry else None)
+            made += pipeline.probe(loader, target, indices, unloadable)
             bar.update(len(indices))
     return made
 
@@ -98,6 +99,18 @@ def _start_wandb(project: str, out: Path, config: dict[str, Any]) -> Any:
     )
     define_tokens_seen_axis(wandb_run)
     return ViewedRun(wandb_run)
+
+
+def _first_data_dir(targets: list[Target]) -> Path | None:
+    """The data folder of the first checkpoint whose metadata reads (a corrupt one in a series
+    is recorded as failed later); when none reads, the first one's error."""
+    first = None
+    for target in targets:
+        try:
+            return data_dir_of(target)
+        except BytecanaryError as err:
+            first = first or err
+    raise first
 
 
 def _to_wandb(wandb_run: Any) -> Callable[[Record], None] | None:
@@ -143,7 +156,8 @@ def run(
     job: Job | None = None,
     finish: Callable[[Path, Any], None] | None = None,
 ) -> int:
-    """The ``bytecanary probe`` command: probe ``paths`` (then ``job.watch_dir``) into ``job.out``.
+    """The ``bytecanary probe`` command: probe ``paths`` (then ``job.watch_dir``) into ``job.out``;
+    1 when a record it appended failed (the warnings and the records say why), else 0.
 
     ``finish`` is called with (records path, W&B run) before that run is closed, e.g. to add
     cross-checkpoint statistics to its summary. The caller prints the summary table."""
@@ -152,7 +166,7 @@ def run(
     targets = resolve(paths, job.revisions) if paths else []
     built = build_probes([with_cli_params(s, job.trial, job.eval_sets) for s in probes])
     if targets:  # bad inputs fail before any model loads (a watched folder's data is known later)
-        data_dir = data_dir_of(targets[0])
+        data_dir = _first_data_dir(targets)
         for probe in built:
             probe.validate(data_dir)
     wandb_run = None
@@ -162,13 +176,13 @@ def run(
     try:
         pipeline = Pipeline(built, out_path, publish=_to_wandb(wandb_run))
         loader = Loader(job.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        probe_targets(pipeline, loader, targets)
+        made = probe_targets(pipeline, loader, targets)
         if job.watch_dir:
             print(f"watching {job.watch_dir} for new checkpoints (Ctrl-C to stop)")
             try:
                 for fresh in watch(Path(job.watch_dir), job.interval):
                     if fresh:
-                        probe_targets(pipeline, loader, fresh, retry=True)
+                        made += probe_targets(pipeline, loader, fresh, retry=True)
             except KeyboardInterrupt:
                 print("stopped watching")
         if wandb_run is not None and finish is not None:
@@ -180,4 +194,4 @@ def run(
             sync = finish_wandb()
             if sync:
                 print(f"W&B offline run saved; upload it with: {sync}")
-    return 0
+    return 1 if any(not r.ok for r in made) else 0

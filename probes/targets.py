@@ -23,9 +23,11 @@ from bytecanary.checkpoints import (
     read_meta,
     step_of,
     tokenizer_dir,
+    weights_id,
 )
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_json
+from bytecanary.records import Context
 
 # what a model folder holds when its tokenizer was saved beside it (save_pretrained)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model")
@@ -39,6 +41,8 @@ class Target:
     path: str
     kind: str  # "file" (a weights file or a .ckpt) or "hf"
     revision: str | None = None
+    id: str | None = None
+    """What it is wherever it lies (a weights file's ``weights_id``); None: known by ``key``."""
 
     @property
     def step_hint(self) -> int:
@@ -46,7 +50,11 @@ class Target:
 
     @classmethod
     def file(cls, path: str | Path) -> Target:
-        return cls(str(Path(path).resolve()), str(path), "file")
+        identity = weights_id(path) if Path(path).suffix == WEIGHTS else None
+        return cls(str(Path(path).resolve()), str(path), "file", id=identity)
+
+    def context(self, step: int | None, tokens_seen: int | None) -> Context:
+        return Context(self.key, step, tokens_seen, self.id)
 
 
 @dataclass

@@ -37,11 +37,13 @@ from bytecanary.probes.common import (
     GenerationSettings,
     PerSample,
     Sizes,
+    at_least,
     context_size,
     eval_set_files,
     merge_shards,
     pad_id,
     shard_indices,
+    within,
 )
 from bytecanary.probes.engine import Decoding, Sampling, generate
 from bytecanary.probes.registry import Probe
@@ -92,6 +94,7 @@ class Utf8Prompts(Checked):
     paper tool's byte token for 0x20, no separator)."""
 
     def __post_init__(self) -> None:
+        at_least("per_language", self.per_language, 1)
         if self.prefix not in PREFIXES:
             raise ValueError(f"prefix must be one of {', '.join(PREFIXES)}, got {self.prefix!r}")
         super().__post_init__()
@@ -105,6 +108,11 @@ class Utf8Config(Utf8Prompts, GenerationSettings, Sizes, PerSample):
     """Sample from the smallest set of tokens whose probability reaches p; 1: all of them."""
     alpha: float = 0.1
     """EMA weight of V_ema."""
+
+    def __post_init__(self) -> None:
+        within("top_p", self.top_p, 0, 1, low_open=True)
+        within("alpha", self.alpha, 0, 1, low_open=True)
+        super().__post_init__()
 
     @property
     def sampling(self) -> Sampling:

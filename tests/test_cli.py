@@ -54,7 +54,7 @@ def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
     runner = types.ModuleType("bytecanary.probes.runner")
     runner.Job = Job
     runner.probe_specs = lambda config, names: {"config": config, "names": names}
-    runner.run = lambda *args, **kwargs: calls.append((args, kwargs))
+    runner.run = lambda *args, **kwargs: calls.append((args, kwargs)) or 0
     monkeypatch.setitem(sys.modules, "bytecanary.probes.runner", runner)
     out = tmp_path / "p.jsonl"
     args = ["probe", "org/model", "--probes", "level0, mcqa", "--trial", "--level1-set", "l1.json"]

@@ -7,7 +7,9 @@ the last step: the paper's 420 checkpoints. Each scheduled step writes the weigh
 ``step{N}.safetensors`` (kept: the probes' checkpoint, 0.6 GB for the 355M in bf16), then
 the full training state ``step{N}.ckpt`` (3.7 GB with AdamW), links ``last.ckpt`` to it and
 deletes the older full states, but those whose step is a multiple of ``keep_state_every``.
-A crash between the two writes retrains that step and rewrites its weights bit for bit.
+A crash between the two writes retrains that step and rewrites its weights bit for bit
+(before the first full state: from step 0). While a full state is written the previous
+one still exists: the disk plan printed at start counts that second state in its peak.
 
 Every write goes to a temporary file in the target folder, is fsynced and renamed, so a
 crash mid-save never loses the previous checkpoint; a full disk is an error naming the
@@ -18,7 +20,6 @@ tokenizer, which checkpoints name relative to themselves, so a run folder is sel
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import uuid
@@ -31,17 +32,14 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from bytecanary.checkpoints import (
     WEIGHTS,
-    checkpoint_data_dir,
     checkpoint_meta,
     load_checkpoint,
-    load_gpt2,
     save_weights,
     step_of,
-    tokenizer_dir,
     training_states,
 )
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import atomic_dir, atomic_path, named, refuse_foreign_dir, warn
+from bytecanary.io import atomic_dir, atomic_path, named, warn
 from bytecanary.train.model import count_parameters
 from bytecanary.versions import LIGHTNING, require, require_attrs
 
@@ -102,13 +100,22 @@ def log_spaced_steps(until: int | None) -> set[int]:
     return steps
 
 
+# What an estimate allows for headers, per file and per tensor, above the tensors' bytes: the
+# weights file's JSON header and metadata (the run's config), the full state's pickle, zip
+# records and RNG state. Measured: 6 KB / 46 KB on the micro model (28 tensors), 34 KB /
+# 358 KB on the 355M (292 tensors, docs/performance.md); these allow about twice that.
+WEIGHTS_HEADER = (8 * 1024, 256)
+STATE_HEADER = (64 * 1024, 2048)
+
+
 def checkpoint_bytes(model: torch.nn.Module, weights_dtype: str) -> tuple[int, int]:
-    """Estimated bytes of (a weights file, a full training state) of ``model``, from its
-    parameters (the tied embedding once): the weights file holds each in ``weights_dtype``;
-    the full state holds fp32 master weights and AdamW's two fp32 moments, 12 bytes each.
-    Headers and metadata add a few KB. Works on the meta device (nothing allocated)."""
-    n = count_parameters(model)
-    return n * getattr(torch, weights_dtype).itemsize, n * 12
+    """Bytes of (a weights file, a full training state) of ``model``, from its parameters
+    (the tied embedding once), headers included, a little over the real files: the weights
+    file holds each in ``weights_dtype``; the full state holds fp32 master weights and AdamW's
+    two fp32 moments, 12 bytes each. Works on the meta device (nothing allocated)."""
+    n, tensors = count_parameters(model), len(list(model.parameters()))
+    weights = n * getattr(torch, weights_dtype).itemsize + WEIGHTS_HEADER[0] + tensors * WEIGHTS_HEADER[1]
+    return weights, n * 12 + STATE_HEADER[0] + tensors * STATE_HEADER[1]
 
 
 def human_bytes(n: float) -> str:
@@ -160,16 +167,31 @@ class ScheduledCheckpoint(ModelCheckpoint):
     def keeps_state(self, step: int) -> bool:
         return bool(self.keep_state_every) and step % self.keep_state_every == 0
 
-    def disk_plan(self, model: torch.nn.Module, max_steps: int) -> str:
-        """One line: bytes per checkpoint and the disk the schedule fills by ``max_steps``
-        (every weights file, the kept full states and the newest)."""
-        steps = self.scheduled_steps(max_steps)
-        states = len({s for s in steps if self.keeps_state(s)} | set(steps[-1:]))
+    def disk_use(self, model: torch.nn.Module, max_steps: int) -> tuple[int, int, int]:
+        """(full states left at the end, bytes at the end, most bytes held at once) by
+        ``max_steps``: each step's full state is written while the previous one still exists
+        (it is deleted after), so the peak holds one state more than the end unless the
+        previous one is kept anyway."""
         weights, state = checkpoint_bytes(model, self.weights_dtype)
-        total = len(steps) * weights + states * state
+        steps = self.scheduled_steps(max_steps)
+        held: set[int] = set()
+        peak = 0
+        for i, step in enumerate(steps, start=1):
+            held.add(step)  # beside the newest of the older ones, before _drop_old_states
+            peak = max(peak, i * weights + len(held) * state)
+            held = {s for s in held if s == step or self.keeps_state(s)}
+        return len(held), len(steps) * weights + len(held) * state, peak
+
+    def disk_plan(self, model: torch.nn.Module, max_steps: int) -> str:
+        """One line: bytes per checkpoint, the disk the schedule fills by ``max_steps`` (every
+        weights file, the kept full states and the newest) and the most it holds at once."""
+        steps = len(self.scheduled_steps(max_steps))
+        weights, state = checkpoint_bytes(model, self.weights_dtype)
+        states, end, peak = self.disk_use(model, max_steps)
         return (
-            f"checkpoints: {len(steps)} x {human_bytes(weights)} weights ({self.weights_dtype}) "
-            f"+ {states} x {human_bytes(state)} training state = {human_bytes(total)} projected"
+            f"checkpoints: {steps} x {human_bytes(weights)} weights ({self.weights_dtype}) "
+            f"+ {states} x {human_bytes(state)} training state = {human_bytes(end)} projected, "
+            f"{human_bytes(peak)} at peak while a training state is replaced"
         )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -254,34 +276,3 @@ def keep_tokenizer(source: Path, run_dir: Path, copy: bool = True) -> str:
     elif copy and (target / "tokenizer.json").read_bytes() != (source / "tokenizer.json").read_bytes():
         raise BytecanaryError(f"{target}: differs from {source}: this run was trained with another tokenizer")
     return os.path.relpath(target, run_dir / "checkpoints")
-
-
-RUN_FOLDER_MARKS = ("checkpoints", "metrics.jsonl", "probes.jsonl", "config.yaml")
-
-
-def export(ckpt_path: str | Path, out_dir: str | Path, force: bool = False) -> Path:
-    """A weights file or a full state -> ``save_pretrained`` folder (fp32 safetensors + tokenizer) that
-    ``AutoModelForCausalLM`` / ``AutoTokenizer`` load with no project code. A non-empty
-    ``out_dir`` is replaced only with ``force``, and a run folder never. The folder is built
-    beside ``out_dir`` and renamed into place, so a failed export leaves it as it was."""
-    from safetensors import SafetensorError
-    from transformers import AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    refuse_foreign_dir(out_dir, force, RUN_FOLDER_MARKS)
-    meta, model = load_gpt2(ckpt_path)
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir(meta, ckpt_path)))
-    out = Path(out_dir)
-    hf_logging.disable_progress_bar()  # one file: a bar on stderr says nothing
-    with atomic_dir(out) as tmp:
-        try:
-            model.save_pretrained(str(tmp), safe_serialization=True)
-        except SafetensorError as err:  # its I/O errors (disk full) arrive as SafetensorError
-            raise BytecanaryError(f"{out / 'model.safetensors'}: {' '.join(str(err).split())}") from None
-        tokenizer.save_pretrained(str(tmp))
-        info = {k: meta.get(k) for k in ("step", "tokens_seen", "tokenizer_hash")}
-        data_dir = checkpoint_data_dir(meta)
-        info["data_dir"] = str(data_dir) if data_dir else None
-        info["checkpoint"] = str(ckpt_path)
-        (tmp / "bytecanary.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
-    return out

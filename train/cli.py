@@ -10,12 +10,14 @@ gets config.yaml, checkpoints/, metrics.jsonl, probes.jsonl and wandb/
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -80,7 +82,42 @@ class RunConfig:
         return Path(self.root) / self.name
 
 
+_PARSER_KEY = re.compile(r'Parser key "([^"]+)":\s*(.*)', re.S)
+_EXPECTED = re.compile(r"Expected a (.+?)(?:\. Got value:.*)?$", re.M)
+_GIVEN = re.compile(r"(?:Got|Given) value: (.*)$", re.M)
+
+
+def _type_name(hint: str) -> str:
+    """``<class 'int'>`` -> ``int``, ``typing.Literal['a', 'b']`` -> ``one of 'a', 'b'``."""
+    if hint == "<class 'NoneType'>":
+        return "null"
+    if hint.startswith("typing.Literal[") and hint.endswith("]"):
+        return f"one of {hint[len('typing.Literal[') : -1]}"
+    return re.sub(r"<class '([\w.]+)'>", r"\1", hint)
+
+
+def parse_error(message: str) -> str:
+    """jsonargparse's many-line message about a bad value as one line naming the field:
+    ``run.wandb_detail: expected one of 'tables', 'scalars', got 'bogus'``."""
+    m = _PARSER_KEY.match(message.strip())
+    if m is None:  # unrecognized arguments, a bad config file, ...
+        return " ".join(message.split())
+    key, rest = m.groups()
+    expected, given = _EXPECTED.findall(rest), _GIVEN.search(rest)
+    if not expected or given is None:
+        return f"{key}: {' '.join(rest.split())}"
+    types = " or ".join(dict.fromkeys(_type_name(t.strip()) for t in expected))
+    return f"{key}: expected {types}, got {given.group(1).strip()!r}"
+
+
 class BytecanaryCLI(LightningCLI):
+    def parse_arguments(self, parser, args) -> None:
+        """A bad value is one line naming the field, not jsonargparse's usage block."""
+        try:
+            super().parse_arguments(parser, args)
+        except ArgumentError as err:
+            raise BytecanaryError(parse_error(str(err))) from err
+
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_class_arguments(RunConfig, "run")
         parser.add_argument(
@@ -179,6 +216,8 @@ def make_cli(args: list[str] | None, cli_class: type[BytecanaryCLI] = Bytecanary
     # `bytecanary train ...` passes its own argv; sys.argv stays whole for DDP's re-launch
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
     warnings.filterwarnings("ignore", message=".*treespec, LeafSpec.*")  # Lightning 2.6 on torch 2.13: noise
+    # what a run's checkpoints folder may hold is resume_from's call
+    warnings.filterwarnings("ignore", message="Checkpoint directory .* exists and is not empty")
     logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # config.yaml has it
     return cli_class(
         ByteLM,
@@ -189,13 +228,16 @@ def make_cli(args: list[str] | None, cli_class: type[BytecanaryCLI] = Bytecanary
         auto_configure_optimizers=False,
         trainer_defaults=TRAINER_DEFAULTS,
         seed_everything_default=0,
-        parser_kwargs={"prog": "bytecanary train", "default_config_files": []},
+        parser_kwargs={"prog": "bytecanary train", "default_config_files": [], "exit_on_error": False},
     )
 
 
 def resume_from(run: RunConfig) -> Path | None:
-    """The full training state to continue from (the newest that loads), or None for a fresh
-    run; ``run.resume`` must fit what the run folder holds."""
+    """The full training state to continue from (the newest that loads), or None for a run
+    that starts at step 0; ``run.resume`` must fit what the run folder holds. A run killed
+    before its first full state (its config.yaml written, perhaps a weights file and a temp
+    file) starts again from step 0 on ``--run.resume=true``: data order and seeds are fixed,
+    so it rewrites the same weights files bit for bit."""
     folder = run.dir / "checkpoints"
     if not run.resume:
         if probe_checkpoints(folder) or training_states(folder):  # any step file, weights or full state
@@ -205,15 +247,22 @@ def resume_from(run: RunConfig) -> Path | None:
             )
         return None
     last = latest_checkpoint(folder)
-    if last is None:
+    if last is not None:
+        return last
+    if training_states(folder):  # written, and none loads: the run's state is lost, not unwritten
         raise BytecanaryError(f"run.resume: no loadable training state (step*.ckpt) to resume in {folder}")
-    return last
+    if not (run.dir / "config.yaml").is_file():  # written first at every start: none ever began here
+        raise BytecanaryError(f"run.resume: no run to resume in {run.dir}: start it without --run.resume")
+    rank_zero_info(f"{run.dir}: killed before its first training state; starting again from step 0")
+    return None
 
 
 def main(args: list[str] | None = None) -> int:
     cli = make_cli(args)
     run = cli.run_config()
     last = resume_from(run)
+    if last is None:  # a fresh start records resume: false, so its files are those of any fresh start
+        cli.config["run"].resume = False
     trainer = cli.trainer
     config = cli.parser.dump(cli.config, skip_none=False)
     if trainer.is_global_zero:

@@ -11,11 +11,14 @@ frequency. Level 1: held-out sentences that reach a rare or unseen character, cu
 after it, topped up with template sentences when held-out text runs short.
 
 Files use the paper's published formats, so the paper's own eval files load too;
-malformed entries are rejected with their index. The published Level 0 files have no
-language field and mix languages (one holds zh, ko and other scripts side by side): there a
-character's language comes from its Unicode block (Hangul ko, kana ja, Han zh) and the rest
-form the group ``other``. A file that names its language (a top-level ``language``, as our
-own files do, or a code in its name, ``level0_ja.json``) holds that language only.
+malformed entries are rejected with one line naming the file, the entry's index and the
+field, before any model loads: an empty or non-UTF-8 file, a lone surrogate code point
+anywhere (no UTF-8 bytes encode one), a character twice in one tier (one item id twice).
+The published Level 0 files have no language field and mix languages (one holds zh, ko
+and other scripts side by side): there a character's language comes from its Unicode block
+(Hangul ko, kana ja, Han zh) and the rest form the group ``other``. A file that names its
+language (a top-level ``language``, as our own files do, or a code in its name,
+``level0_ja.json``) holds that language only.
 """
 
 from __future__ import annotations
@@ -179,10 +182,56 @@ def level1_json(samples: list[Level1Sample]) -> list[dict]:
 
 
 def _read_json(path: Path) -> object:
+    """A JSON eval-set file, refused when empty, not UTF-8, malformed, or holding a lone
+    surrogate (a ``\\ud800`` escape: no UTF-8 bytes encode it) anywhere."""
+    text = read_text(path, "eval-set file")
+    if not text.strip():
+        raise BytecanaryError(f"{path}: empty file (no JSON)")
     try:
-        return json.loads(read_text(path, "eval-set file"))
+        data = json.loads(text)
     except json.JSONDecodeError as err:
         raise BytecanaryError(f"{path}: invalid JSON ({err.msg}, line {err.lineno})") from None
+    check_no_surrogates(data, str(path))
+    return data
+
+
+def lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate code point in ``text`` (as ``U+D800``), else None."""
+    found = next((c for c in text if 0xD800 <= ord(c) <= 0xDFFF), None)
+    return None if found is None else f"U+{ord(found):04X}"
+
+
+def _surrogate_path(value: object, path: tuple) -> tuple[tuple, str, bool] | None:
+    """(key path, code point, whether a key holds it) of the first string, value or key,
+    holding a lone surrogate."""
+    if isinstance(value, str):
+        cp = lone_surrogate(value)
+        return None if cp is None else (path, cp, False)
+    children = (
+        value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    )
+    for key, child in children:
+        if isinstance(key, str) and lone_surrogate(key):
+            return (*path, key), lone_surrogate(key) or "", True
+        found = _surrogate_path(child, (*path, key))
+        if found:
+            return found
+    return None
+
+
+def check_no_surrogates(data: object, where: str) -> None:
+    """Refuse a lone surrogate anywhere in parsed JSON with one line naming the entry and
+    field: ``FILE: char_frequencies[3]: 'char' holds a lone surrogate (U+D800) ...``."""
+    found = _surrogate_path(data, ())
+    if found is None:
+        return
+    path, cp, is_key = found
+    last = max((i for i, k in enumerate(path) if isinstance(k, str)), default=-1)
+    entry = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path[: max(last, 0)]).lstrip(".")
+    indices = "".join(f"[{k}]" for k in path[last + 1 :])
+    name = "value" if last < 0 else f"key {path[last]!r}" if is_key else repr(path[last])
+    at = f"{where}: {entry}: " if entry else f"{where}: "
+    raise BytecanaryError(f"{at}{name}{indices} holds a lone surrogate ({cp}), which no UTF-8 bytes encode")
 
 
 def checked_entry(item: object, where: str, required: tuple[str, ...]) -> dict:
@@ -216,7 +265,7 @@ def _file_language(path: Path, data: dict) -> str | None:
     lang = data.get("language")
     if lang is None:
         return next((t for t in re.split(r"[^a-z]+", path.stem.lower()) if t in LANGUAGES), None)
-    if lang not in LANGUAGES:
+    if not isinstance(lang, str) or lang not in LANGUAGES:
         raise BytecanaryError(f"{path}: 'language' must be one of {', '.join(LANGUAGES)}, got {lang!r}")
     return lang
 
@@ -254,12 +303,22 @@ def load_level0(path: str | Path) -> list[Level0Set]:
         raise BytecanaryError(f'{path}: expected an object with a "char_frequencies" list')
     language = _file_language(path, data)
     by_language: dict[str, list[CharEntry]] = {}
+    first: dict[tuple[str, str, str], int] = {}  # (language, char, tier) -> its entry's index
     for i, item in enumerate(data["char_frequencies"]):
         entry = _char_entry(item, f"{path}: char_frequencies[{i}]")
-        by_language.setdefault(language or script_language(entry.char), []).append(entry)
+        lang = language or script_language(entry.char)
+        seen = first.setdefault((lang, entry.char, entry.tier), i)
+        if seen != i:  # the same item id (<lang>:U+XXXX) twice in one tier
+            raise BytecanaryError(
+                f"{path}: char_frequencies[{i}]: 'char' {entry.char!r} (U+{ord(entry.char):04X}, "
+                f"tier {entry.tier!r}) repeats char_frequencies[{seen}]"
+            )
+        by_language.setdefault(lang, []).append(entry)
     if not by_language:
         raise BytecanaryError(f"{path}: char_frequencies: no characters")
-    description = str(data.get("description", ""))
+    description = data.get("description") or ""
+    if not isinstance(description, str):
+        raise BytecanaryError(f"{path}: 'description' must be text, got {description!r}")
     return [Level0Set(lang, description, by_language[lang]) for lang in sorted(by_language)]
 
 
@@ -269,16 +328,21 @@ def load_level1(path: str | Path) -> list[Level1Sample]:
     data = _read_json(path)
     if not isinstance(data, list):
         raise BytecanaryError(f"{path}: expected a JSON list of samples")
+    if not data:
+        raise BytecanaryError(f"{path}: no samples (an empty list)")
     samples = []
     for i, item in enumerate(data):
         where = f"{path}: [{i}]"
         item = checked_entry(item, where, ("language", "term", "sentence_prompt"))
         lang, term, prompt = item["language"], item["term"], item["sentence_prompt"]
-        if lang not in LANGUAGES:
+        if not isinstance(lang, str) or lang not in LANGUAGES:
             raise BytecanaryError(f"{where}: unknown language {lang!r} (known: {', '.join(LANGUAGES)})")
         if not isinstance(term, str) or not term:
             raise BytecanaryError(f"{where}: 'term' must be non-empty text")
         if not isinstance(prompt, str) or not prompt.endswith(term):
             raise BytecanaryError(f"{where}: 'sentence_prompt' must end with the term {term!r}")
+        for key in ("tier", "source"):
+            if not isinstance(item.get(key), str | None):
+                raise BytecanaryError(f"{where}: {key!r} must be text, got {item[key]!r}")
         samples.append(Level1Sample(lang, term, prompt, item.get("tier"), item.get("source")))
     return samples

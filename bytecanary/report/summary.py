@@ -80,7 +80,7 @@ BENCHMARK_COLUMNS = [
 def _records(out: Path) -> list[Record]:
     """The records of ``out``, one per (checkpoint, probe) as ``bytecanary.records.merge`` merges them;
     none yet when nothing was probed."""
-    return merge(read(out, warn))
+    return merge(read(out, warn), warn)
 
 
 def _mcqa_cells(metrics: dict[str, float]) -> list[float | None]:

@@ -24,7 +24,7 @@ from bytecanary import stats
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_dir, check_output, read_jsonl, warn
-from bytecanary.records import Record, read
+from bytecanary.records import Record, merge, read
 from bytecanary.report import analysis, figures
 from bytecanary.report.analysis import Convergence
 from bytecanary.report.tables import Table, build_tables
@@ -37,26 +37,32 @@ _WANDB_RUN_DIR = re.compile(r"^(?:offline-)?run-(\d{8}_\d{6})-([A-Za-z0-9]+)$")
 
 @dataclass(frozen=True)
 class RunData:
-    """What a run directory holds for the report; ``probes`` keeps successful records only."""
+    """What a run directory holds for the report: ``probes`` are its successful records merged
+    (``bytecanary.records.merge``), ``left_out`` says which records the merge left out."""
 
     run_dir: Path
     metrics: list[dict[str, Any]]
     probes: list[Record]
     config: dict[str, Any]
+    left_out: list[str]
 
 
 def load_run(run_dir: str | Path, on_bad: Callable[[str], None] = warn) -> RunData:
-    """The run's records; ``on_bad`` hears of each line skipped."""
+    """The run's records; ``on_bad`` hears of each line skipped and of each parameterisation
+    left out."""
     run_dir = Path(run_dir)
     metrics_path = run_dir / "metrics.jsonl"
     if not metrics_path.is_file():
         raise BytecanaryError(f"{metrics_path}: no such file (is {run_dir} a training run directory?)")
     probes_path = run_dir / "probes.jsonl"
-    probe_records = read(probes_path, on_bad)
+    left_out: list[str] = []
+    probe_records = merge(read(probes_path, on_bad), left_out.append)
+    for note in left_out:
+        on_bad(note)
     config_path = run_dir / "config.yaml"
     config = _read_config(config_path) if config_path.is_file() else {}
     metrics = read_jsonl(metrics_path, on_bad=on_bad)
-    return RunData(run_dir, metrics, [r for r in probe_records if r.ok], config)
+    return RunData(run_dir, metrics, probe_records, config, left_out)
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -121,6 +127,11 @@ def render_markdown(data: RunData, conv: Convergence, tables: list[Table], notes
     ]
     if notes:
         parts.append("Statistics left out:\n\n" + "".join(f"- {n}\n" for n in notes))
+    if data.left_out:
+        parts.append(
+            "Records left out (one curve per parameterisation):\n\n"
+            + "".join(f"- {n}\n" for n in data.left_out)
+        )
     parts.append("## Reproduce\n\n```bash\n" + "\n".join(commands(data)) + "\n```\n")
     return "\n".join(parts)
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from bytecanary.data import wordcomp
 from bytecanary.data.languages import LANGUAGES
+from bytecanary.errors import BytecanaryError
 from bytecanary.keys import GENERATED_PROTOCOLS, MCQA_PROTOCOLS, SCORED_PROTOCOLS
 from bytecanary.probes.common import (
     DEFAULT_DATA_DIR,
@@ -90,6 +91,13 @@ class McqaItems(Checked):
     generative_per_task: int | None = None
     """The generative protocols run on the first this many items of each task (None: 32 with
     ``trial``, else all): a generated answer costs far more than a scored one."""
+
+    def __post_init__(self) -> None:
+        at_least("embedded_per_language", self.embedded_per_language, 0)
+        at_least("nonsense_per_language", self.nonsense_per_language, 0)
+        if self.generative_per_task is not None:
+            at_least("generative_per_task", self.generative_per_task, 1)
+        super().__post_init__()
 
 
 @dataclass(frozen=True)
@@ -207,8 +215,16 @@ class McqaProbe(Probe):
 
     def validate(self, data_dir: Path | None) -> None:
         """Load every item (benchmark rows, the prepared word-completion pools), so a bad
-        source stops a run (one line naming the task, row and column) before any model loads."""
-        self._items(data_dir)
+        source stops a run (one line naming the file, task, row and column) before any model
+        loads. Per-item records join by (task, item id), so an id twice in a task is refused:
+        ``load_task`` names the rows of one source; here two sources making one task."""
+        seen: set[tuple[str, str]] = set()
+        for item, _ in self._items(data_dir):
+            if (item.task, item.item_id) in seen:
+                makers = [s.name for s in self.sources if item.task in (s.name, f"{s.name}_{item.language}")]
+                whose = f"tasks {makers[0]!r} and {makers[1]!r} both make" if len(makers) > 1 else "in"
+                raise BytecanaryError(f"mcqa: {whose} task {item.task!r}, item id {item.item_id!r} twice")
+            seen.add((item.task, item.item_id))
 
     def _items(self, data_dir: Path | None) -> list[tuple[McqaItem, tuple[McqaItem, ...]]]:
         """(item, its shots) for every task; shots come from the item's own task."""

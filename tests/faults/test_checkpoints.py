@@ -1,6 +1,6 @@
 """Checkpoints survive: a corrupt newest checkpoint (resume and --watch), temp files of
 killed writes, a crash between a full state and its link, a truncated or foreign weights
-file, export into a folder that holds something, a moved run folder."""
+file, a moved run folder, a bad checkpoint or logging flag."""
 
 import os
 import shutil
@@ -109,21 +109,6 @@ def test_watch_skips_a_corrupt_checkpoint_and_probes_it_when_whole(trained, tmp_
     assert [(r.step, r.status) for r in read_records(out)] == [(4, "ok"), (8, "ok")]
 
 
-@pytest.mark.parametrize("target", ["other", "run"])
-def test_export_never_replaces_what_a_folder_holds(trained, tmp_path, target, capsys):
-    ckpt = trained / "checkpoints" / "step0000004.safetensors"
-    folder = trained if target == "run" else tmp_path / "other"
-    if target == "other":
-        folder.mkdir()
-        (folder / "notes.txt").write_text("mine")
-    before = digests(folder)
-    args = ["export", str(ckpt), str(folder)] + (["--force"] if target == "run" else [])
-    assert main(args) == 2
-    one_error(capsys.readouterr().err, str(folder), "refusing to replace" if target == "run" else "--force")
-    assert digests(folder) == before
-    assert not [p for p in folder.parent.iterdir() if p.name.startswith(f".{folder.name}.")]
-
-
 def test_a_moved_run_folder_exports_from_any_working_directory(trained, tmp_path, monkeypatch, capsys):
     """Checkpoints name the run's own tokenizer copy relative to themselves; last.ckpt is a
     relative link, so it moves with the folder."""
@@ -134,3 +119,18 @@ def test_a_moved_run_folder_exports_from_any_working_directory(trained, tmp_path
     assert main(["export", "run/checkpoints/last.ckpt", "hf"]) == 0
     assert main(["export", "run/checkpoints/step0000004.safetensors", "hf4"]) == 0
     assert (tmp_path / "elsewhere" / "hf" / "tokenizer.json").is_file() and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("flag", "needles"),
+    [
+        ("--run.keep_state_every=-1", ("run.keep_state_every", "-1")),
+        ("--run.wandb_detail=bogus", ("run.wandb_detail", "'bogus'", "'tables', 'scalars'")),
+    ],
+)
+def test_a_bad_checkpoint_or_logging_flag_is_one_line_without_usage(tmp_path, small_data, flag, needles):
+    config = micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs")
+    proc = bytecanary("train", "--config", config, "--run.name", "bad", flag)
+    assert proc.returncode == 2 and "usage:" not in proc.stderr
+    one_error(proc.stderr, *needles)
+    assert not (tmp_path / "runs").exists()

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from bytecanary.cli import main
-from bytecanary.train.checkpointing import export
+from bytecanary.train.export import export
 
 from ..conftest import write_config
 from .conftest import bytecanary, copy_run, digests, last_error, one_error

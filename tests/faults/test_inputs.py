@@ -1,12 +1,15 @@
 """Bad input is refused with one line before any work: a cut-off or altered shard, a
-misconfigured probe, an out-of-range flag, an eval-set size of 0."""
+misconfigured probe, an out-of-range flag, an eval-set size of 0, an eval-set or MCQA task
+file holding a bad value (checked before any model loads), a weights file of the wrong shape."""
 
+import json
 import shutil
 
 import pytest
 import yaml
 
 from bytecanary.cli import main
+from bytecanary.probes import targets
 
 from ..conftest import write_config
 from .conftest import micro_config, one_error
@@ -91,3 +94,204 @@ def test_an_eval_set_size_of_zero_is_refused(tmp_path, capsys):
     assert main(["prepare", "--config", str(config), "--out", str(tmp_path / "data")]) == 2
     one_error(capsys.readouterr().err, str(config), "eval.max_per_tier must be at least 1, got 0")
     assert not (tmp_path / "data").exists()
+
+
+# --- eval-set and task files: every value checked before a model loads (issue classes 6, 8, 10) ---
+
+GOOD_ROW = {"question": "2+2?", "choices": ["3", "4"], "answer": 1}
+
+
+def _jsonl(*rows: dict) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def _level0(*chars: str) -> bytes:
+    """A Level 0 set; ``json.dumps`` writes a lone surrogate as its ``\\ud800`` escape."""
+    return json.dumps({"char_frequencies": [{"char": c, "count": 0, "tier": "rare"} for c in chars]}).encode()
+
+
+# probe, file name, its bytes, what the one line says after the file's path
+BAD_EVAL_SETS = {
+    "level0 lone surrogate": (
+        "level0",
+        "level0_ja.json",
+        _level0("語", "\ud800"),
+        ": char_frequencies[1]: 'char' holds a lone surrogate (U+D800), which no UTF-8 bytes encode",
+    ),
+    "level0 not UTF-8": ("level0", "level0_ja.json", b'{"char_frequencies": ["\xe8\xaa"]}', ": not UTF-8"),
+    "level0 empty": ("level0", "level0_ja.json", b"\n", ": empty file (no JSON)"),
+    "level0 a char twice in a tier": (
+        "level0",
+        "level0_ja.json",
+        _level0("語", "鬱", "語"),
+        ": char_frequencies[2]: 'char' '語' (U+8A9E, tier 'rare') repeats char_frequencies[0]",
+    ),
+    "level1 lone surrogate": (
+        "level1",
+        "level1.json",
+        json.dumps([{"language": "ja", "term": "\udc00", "sentence_prompt": "今日は\udc00"}]).encode(),
+        ": [0]: 'term' holds a lone surrogate (U+DC00), which no UTF-8 bytes encode",
+    ),
+    "level1 empty list": ("level1", "level1.json", b"[]", ": no samples (an empty list)"),
+}
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Loading a model fails the test: bad inputs must be refused before any model loads."""
+
+    def load(self, target):
+        pytest.fail(f"a model loaded ({target.path}) before the inputs were checked")
+
+    monkeypatch.setattr(targets.Loader, "load", load)
+
+
+def _step8(trained) -> str:
+    return str(trained / "checkpoints" / "step0000008.safetensors")
+
+
+def test_the_no_model_guard_stands_on_the_loading_path(trained, tmp_path, no_model):
+    """Control: good inputs do reach the loader the guard replaces."""
+    args = ["probe", _step8(trained), "--probes", "level0", "--trial", "--no-wandb"]
+    with pytest.raises(pytest.fail.Exception, match="a model loaded"):
+        main([*args, "--out", str(tmp_path / "p.jsonl")])
+
+
+@pytest.mark.parametrize("case", sorted(BAD_EVAL_SETS))
+def test_a_bad_eval_set_is_one_line_before_a_model_loads(trained, tmp_path, capsys, no_model, case):
+    probe, name, content, problem = BAD_EVAL_SETS[case]
+    bad = tmp_path / name
+    bad.write_bytes(content)
+    out = tmp_path / "p.jsonl"
+    args = ["probe", _step8(trained), "--probes", probe, f"--{probe}-set", str(bad), "--no-wandb"]
+    assert main([*args, "--out", str(out)]) == 2
+    line = one_error(capsys.readouterr().err, f"{bad}{problem}")
+    assert line.startswith(f"error: {bad}: ")
+    assert not out.exists()
+
+
+def _mcqa_config(path, *tasks: dict) -> str:
+    spec = {"name": "mcqa", "embedded_per_language": 0, "nonsense_per_language": 0}
+    path.write_text(json.dumps({"probes": [{**spec, "protocols": ["letter_merged"], "tasks": list(tasks)}]}))
+    return str(path)
+
+
+def _task(name: str, file, builder: str = "json") -> dict:
+    return {"name": name, "schema": "mmlu", "path": builder, "language": "en", "split": "train",
+            "data_files": [str(file)]}  # fmt: skip
+
+
+# file name, its bytes, what the one line says after "<file>: task 't' (<builder>)"
+BAD_TASK_FILES = {
+    "not UTF-8 (jsonl)": (
+        "t.jsonl",
+        _jsonl(GOOD_ROW) + b'{"question": "caf\xe9?", "choices": ["a", "b"], "answer": 0}\n',
+        ": not UTF-8 (invalid continuation byte at byte 74, line 2)",
+    ),
+    "not UTF-8 (csv)": (
+        "t.csv",
+        b"question,A,B,C,D,Answer\ncaf\xe9?,a,b,c,d,A\n",
+        ": not UTF-8 (invalid continuation byte at byte 27, line 2)",
+    ),
+    "lone surrogate": (
+        "t.jsonl",
+        _jsonl(GOOD_ROW, {**GOOD_ROW, "choices": ["3", "\ud800"]}),
+        " row 1: 'choices'[1] holds a lone surrogate (U+D800), which no UTF-8 bytes encode",
+    ),
+    "empty": ("t.jsonl", b"", ": no rows (an empty file)"),
+    "an empty list": ("t.json", b"[]", ": no rows"),
+    "a header only": ("t.csv", b"question,A,B,C,D,Answer\n", ": no rows (a header at most)"),
+    "duplicate ids": (
+        "t.jsonl",
+        _jsonl(*({**GOOD_ROW, "id": i} for i in ("q1", "q2", "q1"))),
+        ": rows 0 and 2 have the same item id 'q1' (column 'id')",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TASK_FILES))
+def test_a_bad_mcqa_task_file_is_one_line_before_a_model_loads(trained, tmp_path, capsys, no_model, case):
+    name, content, problem = BAD_TASK_FILES[case]
+    bad = tmp_path / name
+    bad.write_bytes(content)
+    builder = "csv" if name.endswith(".csv") else "json"
+    task = {**_task("t", bad, builder), "schema": "cmmlu"} if builder == "csv" else _task("t", bad)
+    config = _mcqa_config(tmp_path / "probes.yaml", task)
+    out = tmp_path / "p.jsonl"
+    assert main(["probe", _step8(trained), "--config", config, "--no-wandb", "--out", str(out)]) == 2
+    line = one_error(capsys.readouterr().err)
+    assert line == f"error: {bad}: task 't' ({builder}){problem}"
+    assert not out.exists()
+
+
+def test_an_item_id_twice_across_files_names_both_files_and_rows(trained, tmp_path, capsys, no_model):
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_bytes(_jsonl(*({**GOOD_ROW, "id": i} for i in ("q1", "q2"))))
+    second.write_bytes(_jsonl(*({**GOOD_ROW, "id": i} for i in ("q3", "q2"))))
+    both = {**_task("t", first), "data_files": [str(first), str(second)]}
+    config = _mcqa_config(tmp_path / "probes.yaml", both)
+    out = tmp_path / "p.jsonl"
+    assert main(["probe", _step8(trained), "--config", config, "--no-wandb", "--out", str(out)]) == 2
+    line = one_error(capsys.readouterr().err)
+    assert (
+        line == f"error: {second}: task 't' (json): row 1 has the item id 'q2' of {first} row 1 (column 'id')"
+    )
+    # two sources of one name make one task: their row indices (the ids) meet
+    first.write_bytes(_jsonl(GOOD_ROW))
+    second.write_bytes(_jsonl(GOOD_ROW))
+    config = _mcqa_config(tmp_path / "probes.yaml", _task("t", first), _task("t", second))
+    assert main(["probe", _step8(trained), "--config", config, "--no-wandb", "--out", str(out)]) == 2
+    assert (
+        one_error(capsys.readouterr().err)
+        == "error: mcqa: tasks 't' and 't' both make task 't', item id '0' twice"
+    )
+    assert not out.exists()
+
+
+def test_bad_probe_inputs_stop_training_before_the_run_folder(small_data, tmp_path, capsys):
+    surrogate = tmp_path / "level0_ja.json"
+    surrogate.write_bytes(_level0("\ud800"))
+    twice = tmp_path / "t.jsonl"
+    twice.write_bytes(_jsonl({**GOOD_ROW, "id": 7}, {**GOOD_ROW, "id": 7}))
+    spec = {
+        "name": "mcqa",
+        "embedded_per_language": 0,
+        "nonsense_per_language": 0,
+        "tasks": [_task("t", twice)],
+    }
+    for probe, problem in [
+        (
+            {"name": "level0", "eval_sets": [str(surrogate)]},
+            f"{surrogate}: char_frequencies[0]: 'char' holds",
+        ),
+        (spec, f"{twice}: task 't' (json): rows 0 and 1 have the same item id '7'"),
+    ]:
+        config = micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs", [probe])
+        assert main(["train", "--config", str(config), "--run.name", "p"]) == 2
+        one_error(capsys.readouterr().err, f"{config}: probes: {probe['name']}: {problem}")
+        assert not (tmp_path / "runs" / "p").exists()
+
+
+def test_a_weights_file_of_the_wrong_shape_names_the_tensor_and_both_shapes(trained, tmp_path, capsys):
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(_step8(trained), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not a dict)
+    vocab, width = tensors["transformer.wte.weight"].shape
+    tensors["transformer.wte.weight"] = torch.zeros(
+        vocab, width // 2, dtype=tensors["transformer.wte.weight"].dtype
+    )
+    bad = tmp_path / "step0000008.safetensors"
+    save_file(tensors, str(bad), metadata=meta)
+    expected = (
+        f"error: {bad}: weights do not fit the GPT-2 config: transformer.wte.weight is "
+        f"[{vocab}, {width // 2}] in the file, [{vocab}, {width}] in the config"
+    )
+    out = tmp_path / "p.jsonl"
+    assert main(["probe", str(bad), "--probes", "level0", "--trial", "--no-wandb", "--out", str(out)]) == 2
+    assert one_error(capsys.readouterr().err) == expected
+    assert main(["export", str(bad), str(tmp_path / "hf")]) == 2
+    assert one_error(capsys.readouterr().err) == expected
+    assert not out.exists() and not (tmp_path / "hf").exists()

@@ -16,7 +16,7 @@ from bytecanary.cli import main
 from bytecanary.probes import level1
 from bytecanary.probes.runner import Job, resolve, run, watch
 from bytecanary.records import read as read_records
-from bytecanary.train.checkpointing import export
+from bytecanary.train.export import export
 
 from ..conftest import MICRO, run_train
 from .conftest import LEVEL0

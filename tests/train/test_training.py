@@ -11,8 +11,8 @@ import torch
 import yaml
 
 from bytecanary.checkpoints import load_checkpoint, read_meta
-from bytecanary.errors import BytecanaryError
-from bytecanary.train.checkpointing import export, log_spaced_steps
+from bytecanary.train.checkpointing import log_spaced_steps
+from bytecanary.train.export import export
 from bytecanary.train.loggers import read_metrics
 from bytecanary.train.model import ArchConfig, build_model, count_parameters
 
@@ -147,50 +147,3 @@ def test_export_round_trip(micro, tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, ref(ids).logits, rtol=0, atol=0)
     assert json.loads((out / "bytecanary.json").read_text())["step"] == 4
-    _export_never_deletes(ckpt, tmp_path)
-
-
-def _export_never_deletes(ckpt: Path, tmp_path: Path) -> None:
-    """A non-empty target needs --force; a run folder is refused even then; nothing that
-    was there before is lost by a refusal."""
-    run_dir = ckpt.parents[1]
-    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
-    for force in (False, True):
-        with pytest.raises(BytecanaryError, match="refusing to replace"):
-            export(ckpt, run_dir, force=force)
-    assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / "notes.txt").write_text("mine")
-    with pytest.raises(BytecanaryError, match="not empty; pass --force"):
-        export(ckpt, other)
-    assert (other / "notes.txt").read_text() == "mine"
-    export(ckpt, other, force=True)
-    assert (other / "model.safetensors").exists() and not (other / "notes.txt").exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".other.")]  # no temp folders left
-
-
-@pytest.mark.slow
-def test_corrupt_checkpoint_is_one_clear_error(micro, tmp_path):
-    run_train(micro, "--run.name", "c", "--trainer.max_steps", "4")
-    ckpt = tmp_path / "runs" / "c" / "checkpoints" / "last.ckpt"
-    data = ckpt.read_bytes()
-    bad = tmp_path / "truncated.ckpt"
-    bad.write_bytes(data[: len(data) // 2])
-    with pytest.raises(BytecanaryError, match=r"truncated\.ckpt: not a loadable checkpoint"):
-        load_checkpoint(bad)
-    proc = subprocess.run(
-        [*train_cmd(micro)[:3], "export", str(bad), str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.strip().startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
-    assert "truncated.ckpt" in proc.stderr and not (tmp_path / "out").exists()
-
-
-@pytest.mark.slow
-def test_training_twice_into_one_run_folder_needs_resume(micro, tmp_path):
-    run_train(micro, "--run.name", "r", "--trainer.max_steps", "4")
-    proc = subprocess.run(train_cmd(micro, "--run.name", "r"), capture_output=True, text=True)
-    assert proc.returncode == 2 and "--run.resume=true" in proc.stderr
