@@ -125,25 +125,44 @@ class ProbeSeries:
     revision: str | None = None
 
 
+@dataclass
+class ProbeWorker:
+    """Several workers on one --out (torchrun, srun, array jobs, a second launch).
+
+    Attributes:
+        worker: this worker's name (unset: its launcher's rank, else host:pid); a worker
+            restarted under its name takes back its own pairs at once
+        lease: seconds a claim on a pair holds without renewal: how soon another worker takes
+            over the pair of a killed one (unset: probes.claims.DEFAULT_LEASE, 2 minutes)
+    """
+
+    worker: str | None = None
+    lease: float | None = None
+
+
 def probe(
     paths: list[str],
     *,
     choice: ProbeChoice,
     output: ProbeOutput,
     series: ProbeSeries,
+    workers: ProbeWorker,
     device: str | None = None,
     threads: int | None = None,
 ) -> int:
     """Attach probes to existing checkpoints.
 
     Pairs of (checkpoint, probe) already in --out are skipped, so a rerun after a crash only
-    does what is missing. Prints a table per probe and writes an offline W&B run.
+    does what is missing. Several workers (torchrun --nproc-per-node N -m bytecanary.cli probe,
+    srun bytecanary probe, array jobs) share a series: each claims a pair before computing it.
+    Prints a table per probe and writes an offline W&B run (the first rank's).
 
     Args:
         paths: .safetensors/.ckpt checkpoints, HF model folders, (run) folders of checkpoints, or model ids
         choice: which probes run
         output: where the results go
         series: checkpoints beyond the PATHs
+        workers: several workers on one --out
         device: cpu, cuda, ... (unset: cuda when available)
         threads: torch CPU threads (unset: torch's default, which OMP_NUM_THREADS sets); give
             each of several jobs sharing a machine its share of the cores
@@ -169,6 +188,8 @@ def probe(
         interval=series.interval,
         revisions=[r for r in (series.revision or "").split(",") if r] or None,
         device=device,
+        worker=workers.worker,
+        **({"lease": workers.lease} if workers.lease is not None else {}),
     )
     code = run(paths, probe_specs(choice.config, names), job, finish=add_mcqa_series)
     print(summary(Path(output.out)))

@@ -63,6 +63,8 @@ class Record:
     metrics: dict[str, float] = field(default_factory=dict)
     checkpoint_id: str | None = None
     """What the checkpoint is, wherever it lies; records without one are known by ``checkpoint``."""
+    worker: str | None = None
+    """Which of several workers on one records file computed it (``probes.claims``)."""
     schema: int = SCHEMA
 
     @classmethod
@@ -70,7 +72,7 @@ class Record:
         cls, context: Context, probe: Any, params: str | None, metrics: dict[str, float] | None, **how: Any
     ) -> Record:
         """The record of ``probe`` (name, version) at ``context``; ``how`` holds ``seconds``,
-        ``threads`` and ``error``. A run that raised nothing but measured nothing failed too."""
+        ``threads``, ``error`` and ``worker``. A run that raised nothing but measured nothing failed too."""
         error = how.get("error") or (None if metrics else NO_METRICS)
         return cls(
             **context.fields(),
@@ -82,6 +84,7 @@ class Record:
             seconds=round(how["seconds"], 3),
             threads=how["threads"],
             metrics=dict(metrics or {}),
+            worker=how.get("worker"),
         )
 
     @property

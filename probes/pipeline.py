@@ -23,6 +23,7 @@ import torch
 from bytecanary import records
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import warn
+from bytecanary.probes.claims import Claims
 from bytecanary.probes.registry import Probe
 from bytecanary.probes.targets import Loaded, Loader, Target, data_dir_of
 from bytecanary.records import Context, Record
@@ -66,7 +67,7 @@ def broadcast(value: Any) -> Any:
 
 
 def nonfinite(model: Any) -> str | None:
-    """The first parameter holding NaN or inf, as ``name (NaN)``; None when all are finite."""
+    """The first parameter holding NaN or inf, as ``<name> holds NaN``; None when all are finite."""
     for name, tensor in model.named_parameters():
         if not torch.isfinite(tensor).all():
             kind = "NaN" if torch.isnan(tensor).any() else "inf"
@@ -80,8 +81,10 @@ def _key(path: str | Path | None) -> str:
 
 class Pipeline:
     """Probes ``probes`` into the records file ``out``; ``publish`` hears of every record
-    appended (to log it), on rank 0. ``strict`` names the setting that makes a failing probe
-    fatal (``run.probe_strict``, ``--strict``), for its error; None: a failure is a record."""
+    appended (to log it), on rank 0. With ``claims``, it is one of several workers on ``out``
+    and computes only the pairs it holds. ``strict`` names the setting that makes a failing probe
+    fatal (the training config's ``run.probe_strict``), for its error; None: a failure is a
+    record."""
 
     def __init__(
         self,
@@ -90,11 +93,19 @@ class Pipeline:
         strict: str | None = None,
         source: str | Path | None = None,
         publish: Callable[[Record], None] | None = None,
+        claims: Claims | None = None,
     ) -> None:
         self.probes, self.out, self.strict, self.source = probes, Path(out), strict, source
         self.publish = publish or (lambda record: None)
+        self.claims = claims
+        self.attempted: set[tuple[str, int]] = set()
+        """(checkpoint key, probe index) of every pair this process measured or failed."""
         self._prepared: dict[tuple[int, str, str, str | None], tuple[Any, str]] = {}
         self._params: dict[tuple[int, str], str] = {}
+
+    @property
+    def worker(self) -> str | None:
+        return self.claims.worker if self.claims is not None else None
 
     def _where(self, probe: Probe) -> str:
         return f"{self.source}: probes: {probe.name}" if self.source else f"probes: {probe.name}"
@@ -172,9 +183,40 @@ class Pipeline:
         indices: Iterable[int],
         unloadable: Literal["raise", "skip", "fail"] = "raise",
     ) -> list[Record]:
-        """Load ``target`` and measure the probes ``indices`` on it. A target that does not
-        load raises; or is skipped with a warning (a file still being written comes again);
-        or gets a failed record per probe, so a series goes on past it."""
+        """Load ``target`` and measure the probes ``indices`` on it (with claims, only those
+        this worker holds; nothing loads when it holds none). A target that does not load
+        raises; or is skipped with a warning (a file still being written comes again); or
+        gets a failed record per probe, so a series goes on past it."""
+        indices = list(indices)
+        pairs = self._pairs(target, indices) if self.claims is not None else None
+        if pairs is None:
+            return self._probe(loader, target, indices, unloadable)
+        held = self.claims.claim(pairs)
+        mine = [(i, pair) for i, pair, ok in zip(indices, pairs, held, strict=True) if ok]
+        if not mine:
+            return []
+        with self.claims.holding([pair for _, pair in mine]):
+            return self._probe(loader, target, [i for i, _ in mine], unloadable)
+
+    def _pairs(self, target: Target, indices: list[int]) -> list[records.Identity] | None:
+        """The identities of ``target``'s pairs, to claim; None when its metadata does not
+        read (it fails or is skipped without a claim)."""
+        try:
+            data_dir = data_dir_of(target)
+        except BytecanaryError:
+            return None
+        where = target.id or target.key
+        return [
+            records.identity(
+                where, None, self.probes[i].name, self.probes[i].version, self.params(i, data_dir)
+            )
+            for i in indices
+        ]
+
+    def _probe(
+        self, loader: Loader, target: Target, indices: list[int], unloadable: Literal["raise", "skip", "fail"]
+    ) -> list[Record]:
+        self.attempted |= {(target.key, i) for i in indices}
         try:
             loaded: Loaded = loader.load(target)
         except BytecanaryError as err:
@@ -227,9 +269,8 @@ class Pipeline:
         """A failed record of ``probe`` that did not run (rank 0; None elsewhere)."""
         if not rank0():
             return None
-        return Record.of(
-            context, probe, params, None, seconds=0.0, threads=torch.get_num_threads(), error=error
-        )
+        how = {"seconds": 0.0, "threads": torch.get_num_threads(), "worker": self.worker}
+        return Record.of(context, probe, params, None, error=error, **how)
 
     def _measure_one(
         self, probe: Probe, loaded: Loaded, samples: Any, params: str, context: Context
@@ -253,9 +294,8 @@ class Pipeline:
             except Exception as err:
                 error = f"{type(err).__name__}: {err}"
         seconds = time.perf_counter() - start
-        return Record.of(
-            context, probe, params, metrics, seconds=seconds, threads=torch.get_num_threads(), error=error
-        )
+        how = {"seconds": seconds, "threads": torch.get_num_threads(), "worker": self.worker}
+        return Record.of(context, probe, params, metrics, error=error, **how)
 
     def _check_strict(self, probe: Probe, context: Context, record: Record | None) -> None:
         error = broadcast(record.error if record is not None else None)

@@ -16,6 +16,8 @@ no record is appended twice. Printing the summary is the caller's job.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,21 +26,27 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from bytecanary import records
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import check_output
+from bytecanary.probes.claims import DEFAULT_LEASE, Claims, default_worker, is_lead
 from bytecanary.probes.common import build_probes, validate_specs
 from bytecanary.probes.pipeline import Pipeline
+from bytecanary.probes.registry import probe_class
 from bytecanary.probes.targets import Loader, Target, data_dir_of, resolve, watch
 from bytecanary.records import Record
 
 
 def with_cli_params(spec: dict[str, Any], trial: bool, eval_sets: dict[str, str | None]) -> dict[str, Any]:
-    """``spec`` with the command line's ``--trial`` and eval-set files; the spec's own values win."""
+    """``spec`` with the command line's ``--trial`` and eval-set files, where its probe takes
+    them; the spec's own values win."""
+    config = probe_class(spec["name"]).Config
+    accepted = {f.name for f in dataclasses.fields(config)} if config is not None else set()
     params: dict[str, Any] = {"trial": trial}
     if eval_sets.get(spec["name"]):
         params["eval_sets"] = [eval_sets[spec["name"]]]
-    return {**params, **spec}
+    return {**{k: v for k, v in params.items() if k in accepted}, **spec}
 
 
 def probe_specs(config: str | None, names: list[str] | None) -> list[dict[str, Any]]:
@@ -81,6 +89,37 @@ def probe_targets(
             made += pipeline.probe(loader, target, indices, unloadable)
             bar.update(len(indices))
     return made
+
+
+def complete(pipeline: Pipeline, loader: Loader, targets: list[Target], wait: float) -> list[Record]:
+    """After this worker's pass over ``targets``: wait for the pairs other workers hold, take
+    over those whose claims ran out (a killed worker's), until every pair is done or was tried
+    here; returns the records this worker appended meanwhile."""
+    made: list[Record] = []
+    while True:
+        left = [
+            (target, [i for i in indices if (target.key, i) not in pipeline.attempted])
+            for target, indices in pipeline.todo(targets)
+        ]
+        left = [(target, indices) for target, indices in left if indices]
+        if not left:
+            return made
+        tried = len(pipeline.attempted)
+        for target, indices in left:
+            made += pipeline.probe(loader, target, indices, "fail")
+        if len(pipeline.attempted) == tried:
+            time.sleep(wait)
+
+
+def _by_others(pipeline: Pipeline, targets: list[Target]) -> list[Record]:
+    """The records of ``targets`` that other workers appended to the records file."""
+    wanted = {target.key for target in targets}
+    mine = pipeline.worker
+    return [
+        r
+        for r in records.read(pipeline.out)
+        if r.ok and r.worker not in (None, mine) and r.checkpoint in wanted
+    ]
 
 
 def _start_wandb(project: str, out: Path, config: dict[str, Any]) -> Any:
@@ -148,6 +187,11 @@ class Job:
     """With a model id as PATH: the revisions to probe."""
     device: str | None = None
     """cpu, cuda, ... (None: cuda when available)."""
+    worker: str | None = None
+    """This worker's name among several on ``out`` (None: its launcher's rank, else host:pid)."""
+    lease: float = DEFAULT_LEASE
+    """Seconds a claim on a pair holds without renewal: how soon a killed worker's pair is
+    taken over."""
 
 
 def run(
@@ -170,13 +214,19 @@ def run(
         for probe in built:
             probe.validate(data_dir)
     wandb_run = None
-    if job.wandb_project:
+    if job.wandb_project and is_lead():  # one W&B run per launch
         config = {"paths": paths, "probes": probes, "trial": job.trial}
         wandb_run = _start_wandb(job.wandb_project, out_path, config)
     try:
-        pipeline = Pipeline(built, out_path, publish=_to_wandb(wandb_run))
+        claims = Claims(out_path, job.worker or default_worker(), job.lease)
+        publish = _to_wandb(wandb_run)
+        pipeline = Pipeline(built, out_path, publish=publish, claims=claims)
         loader = Loader(job.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         made = probe_targets(pipeline, loader, targets)
+        made += complete(pipeline, loader, targets, wait=min(1.0, job.lease / 4))
+        if publish is not None:  # the lead worker's W&B run gets the other workers' records too
+            for record in _by_others(pipeline, targets):
+                publish(record)
         if job.watch_dir:
             print(f"watching {job.watch_dir} for new checkpoints (Ctrl-C to stop)")
             try:
