@@ -36,6 +36,26 @@ META_KEY = "bytecanary"  # the weights file's metadata key
 _STEP = re.compile(r"step[_-]?(\d+)")
 
 
+FINISHED = "finished.json"  # in a run folder once training reached its last step
+
+
+def run_folder(folder: str | Path) -> Path:
+    """The run folder of ``folder``: itself, or the parent of a run's ``checkpoints/``."""
+    folder = Path(folder)
+    return folder.parent if folder.name == "checkpoints" and not (folder / "checkpoints").is_dir() else folder
+
+
+def finished_step(folder: str | Path) -> int | None:
+    """The last step of a run whose training finished (``FINISHED`` in its folder; ``folder``
+    may be the run or its ``checkpoints/``), or None while it trains or was stopped early."""
+    try:
+        info = json.loads((run_folder(folder) / FINISHED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    step = info.get("step") if isinstance(info, dict) else None
+    return step if isinstance(step, int) else None
+
+
 def step_of(name: str) -> int:
     """The step in a checkpoint's file or revision name (``step0000100.ckpt``, ``step1000``); -1 if none."""
     m = _STEP.search(name)

@@ -115,7 +115,8 @@ class ProbeSeries:
     """Checkpoints beyond the PATHs.
 
     Attributes:
-        watch: probe each new checkpoint in this folder until Ctrl-C
+        watch: probe each checkpoint of this run folder (or its checkpoints/) as it lands, until the
+            run finishes (then exit 0) or Ctrl-C
         interval: seconds between looks with --watch
         revision: with a model id: revisions to probe, e.g. step1000,step2000
     """

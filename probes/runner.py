@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bytecanary import records
+from bytecanary.checkpoints import finished_step
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import check_output
@@ -34,7 +35,7 @@ from bytecanary.probes.claims import DEFAULT_LEASE, Claims, default_worker, is_l
 from bytecanary.probes.common import build_probes, validate_specs
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import probe_class
-from bytecanary.probes.targets import Loader, Target, data_dir_of, resolve, watch
+from bytecanary.probes.targets import Loader, Target, data_dir_of, in_folder, resolve, watch
 from bytecanary.records import Record
 
 
@@ -91,24 +92,47 @@ def probe_targets(
     return made
 
 
+def _left(pipeline: Pipeline, targets: list[Target]) -> list[tuple[Target, list[int]]]:
+    """The pairs of ``targets`` not done and not tried by this process."""
+    left = [
+        (target, [i for i in indices if (target.key, i) not in pipeline.attempted])
+        for target, indices in pipeline.todo(targets)
+    ]
+    return [(target, indices) for target, indices in left if indices]
+
+
 def complete(pipeline: Pipeline, loader: Loader, targets: list[Target], wait: float) -> list[Record]:
     """After this worker's pass over ``targets``: wait for the pairs other workers hold, take
     over those whose claims ran out (a killed worker's), until every pair is done or was tried
     here; returns the records this worker appended meanwhile."""
     made: list[Record] = []
-    while True:
-        left = [
-            (target, [i for i in indices if (target.key, i) not in pipeline.attempted])
-            for target, indices in pipeline.todo(targets)
-        ]
-        left = [(target, indices) for target, indices in left if indices]
-        if not left:
-            return made
+    while left := _left(pipeline, targets):
         tried = len(pipeline.attempted)
         for target, indices in left:
             made += pipeline.probe(loader, target, indices, "fail")
         if len(pipeline.attempted) == tried:
             time.sleep(wait)
+    return made
+
+
+def follow(pipeline: Pipeline, loader: Loader, folder: Path, interval: float) -> list[Record]:
+    """``--watch``: probe each checkpoint of ``folder`` (a run folder or its ``checkpoints/``)
+    as it lands, in step order, until the run has finished (training wrote ``finished.json``)
+    and every checkpoint is probed or tried, or until Ctrl-C; a sidecar job ends by itself."""
+    print(f"watching {folder} for new checkpoints (until its run finishes, or Ctrl-C)")
+    made: list[Record] = []
+    try:
+        for fresh in watch(folder, interval):
+            if fresh:
+                made += probe_targets(pipeline, loader, fresh, retry=True)
+                continue
+            step = finished_step(folder)
+            if step is not None and not _left(pipeline, in_folder(folder)):
+                print(f"the run finished at step {step}: every checkpoint is probed")
+                break
+    except KeyboardInterrupt:
+        print("stopped watching")
+    return made
 
 
 def _by_others(pipeline: Pipeline, targets: list[Target]) -> list[Record]:
@@ -228,13 +252,7 @@ def run(
             for record in _by_others(pipeline, targets):
                 publish(record)
         if job.watch_dir:
-            print(f"watching {job.watch_dir} for new checkpoints (Ctrl-C to stop)")
-            try:
-                for fresh in watch(Path(job.watch_dir), job.interval):
-                    if fresh:
-                        made += probe_targets(pipeline, loader, fresh, retry=True)
-            except KeyboardInterrupt:
-                print("stopped watching")
+            made += follow(pipeline, loader, Path(job.watch_dir), job.interval)
         if wandb_run is not None and finish is not None:
             finish(out_path, wandb_run)
     finally:

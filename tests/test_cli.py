@@ -33,7 +33,7 @@ def test_probe_help_lists_the_flags_with_their_docstring_help(capsys):
     flags = ["--probes", "--config", "--trial", "--level0-set", "--level1-set", "--out", "--wandb-project"]
     flags += ["--no-wandb", "--watch", "--interval", "--revision", "--device", "PATHS"]
     assert all(flag in out for flag in flags)
-    assert "probe each new checkpoint in this folder until Ctrl-C" in out  # from the docstring
+    assert "probe each checkpoint of this run folder (or its checkpoints/)" in out  # the docstring
     assert "default: probes.jsonl" in out and "default: 30.0" in out  # from the signature
 
 

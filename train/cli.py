@@ -21,9 +21,9 @@ from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
-from bytecanary.checkpoints import probe_checkpoints, training_states
+from bytecanary.checkpoints import FINISHED, probe_checkpoints, training_states
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import atomic_path, check_output, remove_stale_temps
+from bytecanary.io import atomic_path, check_output, remove_stale_temps, write_json
 from bytecanary.probes.callback import ProbeCallback
 from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis, finish_wandb
 from bytecanary.train.checkpointing import (
@@ -70,6 +70,10 @@ class RunConfig:
     """Fire the probes every this many tokens as well as at each checkpoint."""
     probe_strict: bool = False
     """A failing probe stops training (default: recorded as failed, training goes on)."""
+    probe_in_loop: bool = True
+    """Fire the ``probes:`` list at checkpoints during training. False: training fires none
+    and a sidecar (``bytecanary probe --watch RUN_DIR --config CONFIG``, on another GPU or
+    node) probes each weights file as it lands, and exits once the run has finished."""
 
     def __post_init__(self) -> None:
         for name in ("checkpoint_every", "keep_state_every"):
@@ -141,7 +145,7 @@ class BytecanaryCLI(LightningCLI):
                 raise BytecanaryError(f"{group}.{err}") from None
         run = self.run_config()
         self.probe_callback = None
-        if self.config["probes"]:
+        if self.config["probes"] and run.probe_in_loop:
             self.probe_callback = ProbeCallback(
                 self.config["probes"], run.probe_every_tokens, run.probe_strict, source=self._probes_source()
             )
@@ -266,6 +270,7 @@ def main(args: list[str] | None = None) -> int:
     trainer = cli.trainer
     config = cli.parser.dump(cli.config, skip_none=False)
     if trainer.is_global_zero:
+        (run.dir / FINISHED).unlink(missing_ok=True)  # training again: a sidecar watches on
         stale = [p for folder in (run.dir, run.dir / "checkpoints") for p in remove_stale_temps(folder)]
         if stale:
             rank_zero_info(f"removed {len(stale)} temp files left by a killed run in {run.dir}")
@@ -280,11 +285,16 @@ def main(args: list[str] | None = None) -> int:
             define_tokens_seen_axis(wandb_logger.experiment)
             wandb_logger.log_hyperparams(cli.model.run_config)
         trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=str(last) if last else None)
+        if trainer.is_global_zero and trainer.global_step >= trainer.max_steps > 0:
+            write_json(
+                run.dir / FINISHED, {"step": trainer.global_step, "tokens_seen": cli.model.tokens_seen}
+            )
     finally:
         if wandb_logger is not None and trainer.is_global_zero:
             sync = finish_wandb()
             if sync:
                 rank_zero_info(f"W&B offline run saved; upload it with: {sync}")
-    files = "config.yaml, checkpoints/, metrics.jsonl" + (", probes.jsonl" if cli.config["probes"] else "")
+    in_loop = cli.config["probes"] and run.probe_in_loop
+    files = "config.yaml, checkpoints/, metrics.jsonl" + (", probes.jsonl" if in_loop else "")
     rank_zero_info(f"run folder: {run.dir} ({files}{', wandb/' if run.wandb else ''})")
     return 0
