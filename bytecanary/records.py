@@ -169,9 +169,44 @@ def done(records: Iterable[Record]) -> set[Identity]:
     return {r.identity for r in records if r.ok}
 
 
+class Tally:
+    """The identities that succeeded in a records file, kept up to date by reading only the
+    lines added since the last look: the file only grows (``append`` cuts a torn tail back to
+    its last newline, which never passes a line already read)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path, self._read, self._done = Path(path), 0, set()
+
+    def done(self) -> set[Identity]:
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        if size < self._read:  # replaced by a shorter file: read it again
+            self._read, self._done = 0, set()
+        if size > self._read:
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(self._read)
+                    data = f.read(size - self._read)
+            except OSError as err:
+                raise named(err, self.path) from err
+            whole = data.rfind(b"\n") + 1
+            self._done |= done(parse(data[:whole], self.path))
+            self._read += whole
+        return self._done
+
+
+def _lines_with(data: bytes, needle: bytes) -> bytes:
+    """The whole lines of ``data`` that hold ``needle``: a byte search is far cheaper than
+    parsing every record's metrics."""
+    return b"".join(line + b"\n" for line in data.split(b"\n") if needle in line)
+
+
 def append(path: str | Path, record: Record) -> bool:
     """Append ``record`` unless its identity already succeeded (another process finished it
-    meanwhile); returns whether it was appended."""
+    meanwhile); returns whether it was appended. Only the lines with the record's fingerprint
+    are parsed to decide."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -182,7 +217,8 @@ def append(path: str | Path, record: Record) -> bool:
             whole = data.rfind(b"\n") + 1
             if whole < len(data):  # a writer died mid-line; under the lock nobody else writes
                 f.truncate(whole)
-            if record.identity in done(parse(data[:whole], path)):
+            candidates = _lines_with(data[:whole], f'"params": {json.dumps(record.params)}'.encode())
+            if record.identity in done(parse(candidates, path)):
                 return False
             f.write((record.to_json() + "\n").encode("utf-8"))
             f.flush()

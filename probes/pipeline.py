@@ -102,6 +102,7 @@ class Pipeline:
         """(checkpoint key, probe index) of every pair this process measured or failed."""
         self._prepared: dict[tuple[int, str, str, str | None], tuple[Any, str]] = {}
         self._params: dict[tuple[int, str], str] = {}
+        self._tally = records.Tally(self.out)
 
     @property
     def worker(self) -> str | None:
@@ -145,7 +146,9 @@ class Pipeline:
     def finished(self) -> set[records.Identity]:
         """The identities of the successful records in ``out`` as it is now: the one place
         that decides whether a (checkpoint, probe) pair is done."""
-        return records.done(records.read(self.out))
+        if self._tally.path != self.out:  # the callback learns its records file at fit start
+            self._tally = records.Tally(self.out)
+        return self._tally.done()
 
     def todo(
         self, targets: Iterable[Target], due: Callable[[Target], Iterable[int]] | None = None
@@ -169,12 +172,12 @@ class Pipeline:
     ) -> bool:
         """Whether probe ``index`` succeeded on the checkpoint of ``context``: known by its id,
         or by its path in a record written before checkpoints had ids."""
-        probe, params = self.probes[index], self.params(index, data_dir)
         wheres = {context.checkpoint_id, context.checkpoint} - {None} or {None}
-        return any(
-            records.identity(where, context.step, probe.name, probe.version, params) in finished
-            for where in wheres
-        )
+        return any(self._identity(where, context.step, index, data_dir) in finished for where in wheres)
+
+    def _identity(self, where: str | None, step: int | None, index: int, data_dir: Path | None):
+        probe = self.probes[index]
+        return records.identity(where, step, probe.name, probe.version, self.params(index, data_dir))
 
     def probe(
         self,
@@ -205,13 +208,7 @@ class Pipeline:
             data_dir = data_dir_of(target)
         except BytecanaryError:
             return None
-        where = target.id or target.key
-        return [
-            records.identity(
-                where, None, self.probes[i].name, self.probes[i].version, self.params(i, data_dir)
-            )
-            for i in indices
-        ]
+        return [self._identity(target.id or target.key, None, i, data_dir) for i in indices]
 
     def _probe(
         self, loader: Loader, target: Target, indices: list[int], unloadable: Literal["raise", "skip", "fail"]
@@ -238,12 +235,14 @@ class Pipeline:
         probe with a record naming the tensor, rather than measuring argmaxes of NaN."""
         indices = list(indices)
         prepared = [self.prepare(i, loaded.tokenizer, loaded.data_dir, revision) for i in indices]
-        broken = nonfinite(loaded.model)
+        broken: str | bool | None = False  # looked at once, before the first pair that runs
         appended = []
         for index, (samples, params) in zip(indices, prepared, strict=True):
             probe = self.probes[index]
             if broadcast(self._done(context, index, loaded.data_dir, self.finished()) if rank0() else None):
                 continue  # another process finished it meanwhile
+            if broken is False:
+                broken = nonfinite(loaded.model)
             if broken:
                 record = self._failed(probe, params, context, f"non-finite weights: {broken}")
             else:

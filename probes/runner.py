@@ -8,10 +8,10 @@ records go to a ``probes.jsonl`` of the same shape, and (checkpoint, probe) pair
 there are skipped, so a rerun after a crash does only what is missing; a pair counts as done
 only for the probe's current version and fingerprint (parameters and eval files), so a
 changed probe is redone and nothing else. ``--watch DIR`` follows a running training and
-probes each new checkpoint until interrupted; a checkpoint that does not load yet (still
-being written, or corrupt) is skipped with a warning and tried again once its file changes.
-Two processes may write one ``--out``: a pair the other finished meanwhile is skipped, and
-no record is appended twice. Printing the summary is the caller's job.
+probes each new checkpoint until the run has finished; a checkpoint that does not load yet
+(still being written, or corrupt) is skipped with a warning and tried again once its file
+changes. Several workers may write one ``--out``: each claims a pair before computing it
+(``probes.claims``), and no record is appended twice. Printing the summary is the caller's job.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ class Job:
     wandb_project: str | None = None
     """W&B project for the metrics as they come (None: no W&B)."""
     watch_dir: str | None = None
-    """After the PATHs, probe each new checkpoint in this folder until interrupted."""
+    """After the PATHs, probe each new checkpoint of this run folder until its run finishes."""
     interval: float = 30.0
     """Seconds between looks at ``watch_dir``."""
     revisions: list[str] | None = None

@@ -8,6 +8,7 @@ remote code; anything unreadable is one ``BytecanaryError`` naming it.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -66,13 +67,18 @@ class Loaded:
     tokens_seen: int | None
 
 
-def in_folder(folder: Path) -> list[Target]:
+def _weights_files(folder: Path) -> list[Path]:
     """The weights files of ``folder`` (or of its ``checkpoints/``) in step order."""
     for where in (folder, folder / "checkpoints"):
         files = probe_checkpoints(where)
         if files:
-            return [Target.file(f) for f in files]
+            return files
     return []
+
+
+def in_folder(folder: Path) -> list[Target]:
+    """The weights files of ``folder`` (or of its ``checkpoints/``) as targets, in step order."""
+    return [Target.file(f) for f in _weights_files(folder)]
 
 
 def resolve(paths: list[str], revisions: list[str] | None = None) -> list[Target]:
@@ -86,8 +92,8 @@ def resolve(paths: list[str], revisions: list[str] | None = None) -> list[Target
             targets.append(Target.file(raw))
         elif path.is_dir() and (path / "config.json").is_file():
             targets.append(Target(str(path.resolve()), raw, "hf"))
-        elif path.is_dir() and in_folder(path):
-            targets += in_folder(path)
+        elif path.is_dir() and (found := in_folder(path)):
+            targets += found
         else:
             raise BytecanaryError(
                 f"{raw}: not a checkpoint (.safetensors, .ckpt), an HF model folder, "
@@ -106,9 +112,17 @@ def data_dir_of(target: Target) -> Path | None:
     """The data folder the checkpoint was trained on (its eval sets), from its metadata:
     no model is built, so an already-probed checkpoint is checked cheaply."""
     if target.kind == "file":
-        return checkpoint_data_dir(read_meta(target.path))
+        stat = Path(target.path).stat()
+        return _file_data_dir(target.path, stat.st_size, stat.st_mtime_ns)
     info = _hf_info(target)
     return Path(info["data_dir"]) if info.get("data_dir") else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_data_dir(path: str, size: int, mtime_ns: int) -> Path | None:
+    """``data_dir_of`` a checkpoint file, read once per version of the file (a full state's
+    metadata means loading all of it)."""
+    return checkpoint_data_dir(read_meta(path))
 
 
 class Loader:
@@ -132,8 +146,11 @@ class Loader:
     def load(self, target: Target) -> Loaded:
         """Model, tokenizer and where they came from."""
         if target.kind == "file":
-            shape = read_meta(target.path).get("gpt2_config")
-            meta, model = load_gpt2(target.path, into=self._model if shape == self._shape else None)
+            # a weights file's shape is in its header; a full state is not read twice to know it
+            weights = Path(target.path).suffix == WEIGHTS
+            shape = read_meta(target.path).get("gpt2_config") if weights else None
+            reuse = self._model if shape is not None and shape == self._shape else None
+            meta, model = load_gpt2(target.path, into=reuse)
             self._model, self._shape = model.to(self.device), shape
             tokenizer = self.tokenizer(tokenizer_dir(meta, target.path))
             data_dir = checkpoint_data_dir(meta)
@@ -168,17 +185,18 @@ def _load_hf(target: Target) -> tuple[Any, Any]:
 
 def watch(folder: Path, interval: float) -> Iterator[list[Target]]:
     """Yield the checkpoints that appeared or changed (size, mtime) in ``folder`` since the
-    last look, forever: a file caught half-written comes again once it is whole."""
-    seen: dict[str, tuple[int, int]] = {}
+    last look, forever: a file caught half-written comes again once it is whole. Only files
+    that changed are read."""
+    seen: dict[Path, tuple[int, int]] = {}
     while True:
         fresh = []
-        for target in in_folder(folder) if folder.exists() else []:
+        for path in _weights_files(folder) if folder.exists() else []:
             try:
-                st = Path(target.path).stat()
+                st = path.stat()
             except FileNotFoundError:  # replaced between the listing and now
                 continue
-            if seen.get(target.key) != (st.st_size, st.st_mtime_ns):
-                seen[target.key] = (st.st_size, st.st_mtime_ns)
-                fresh.append(target)
+            if seen.get(path) != (st.st_size, st.st_mtime_ns):
+                seen[path] = (st.st_size, st.st_mtime_ns)
+                fresh.append(Target.file(path))
         yield fresh
         time.sleep(interval)
