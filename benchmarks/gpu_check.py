@@ -5,13 +5,19 @@ runs it, on ``configs/gpt2-355m.yaml`` (bf16-mixed, torch.compile):
 
 1. a short real run on the default data: tokens/s and MFU (``perf/*`` of metrics.jsonl)
    over warm log windows, then the window in which a checkpoint is written and the probes
-   fire, the seconds of each probe, the final loss and validation perplexity;
+   fire, the seconds of each probe (per checkpoint: the median over the run's two, and a
+   420-checkpoint series at that cost), the final loss and validation perplexity;
 2. its last checkpoint exported (``bytecanary export``) and probed again from the HF folder
-   (``bytecanary probe``), with the largest difference to the training-time probe metrics;
-3. a few steps with ``configs/strategy/fsdp.yaml`` (FSDP on one GPU), its checkpoint exported.
+   (``bytecanary probe --dtype float32``, as the training-time probes compute), with the
+   largest difference to the training-time probe metrics;
+3. with two or more GPUs, the run's checkpoints probed by ``bytecanary probe`` as one process
+   and as ``torchrun --nproc-per-node 2``: wall seconds, speed-up, and whether the two
+   records files agree pair for pair (one GPU: skipped);
+4. a few steps with ``configs/strategy/fsdp.yaml`` (FSDP on one GPU), its checkpoint exported.
 
 ``--smoke`` runs the same on a CPU with a tiny model, a few steps and a small corpus it
-prepares itself (under a minute on 2 cores; ``make test`` runs it, tests/test_gpu_check.py).
+prepares itself, step 3 with two CPU processes (under a minute on 2 cores; ``make test``
+runs it, tests/test_gpu_check.py).
 
     python benchmarks/gpu_check.py [--out gpu_check.json] [--data data/default] [--batch-size 64]
     python benchmarks/gpu_check.py --smoke --out /tmp/gpu_check.json
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import statistics
 import subprocess
@@ -45,6 +52,8 @@ from bytecanary.train.throughput import peak_flops
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "configs" / "gpt2-355m.yaml"
 FSDP = ROOT / "configs" / "strategy" / "fsdp.yaml"
+SERIES = 420  # checkpoints of a long series, whose probing cost step 1 estimates
+AGREE = 1e-4  # relative: how far a 2-rank launch's metrics may be from one process's
 # the default corpus, else one that needs no network (a GPU machine may have none)
 DATA_CONFIGS = (ROOT / "configs" / "data" / "default.yaml", ROOT / "configs" / "data" / "synthetic.yaml")
 PROBES = yaml.safe_load(PRESET.read_text(encoding="utf-8"))["probes"]  # the preset's own, cadences included
@@ -106,10 +115,12 @@ class StepFailed(RuntimeError):
     pass
 
 
-def bytecanary(*args: str, timeout: float = 1800) -> float:
-    """Run ``bytecanary ARGS`` as a user would; its wall seconds. Fails with its stderr's tail."""
+def bytecanary(*args: str, timeout: float = 1800, ranks: int = 1) -> float:
+    """Run ``bytecanary ARGS`` as a user would (``ranks`` > 1: under torchrun); its wall
+    seconds. Fails with its stderr's tail."""
     start = time.perf_counter()
-    cmd = [sys.executable, "-m", "bytecanary.cli", *args]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+    cmd = [*(torchrun if ranks > 1 else [sys.executable]), "-m", "bytecanary.cli", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     if proc.returncode != 0:
         raise StepFailed(f"`bytecanary {' '.join(args)}` exited {proc.returncode}:\n{proc.stderr[-4000:]}")
@@ -212,8 +223,23 @@ def run_with_probes(plan: Plan, data: Path, work: Path) -> dict[str, Any]:
         "warm": perf_summary(warm),
         "with_checkpoint_and_probes": perf_summary(firing),
         "probe_seconds": probe_seconds,
+        "probe_cost": probe_cost(records),
         "checkpoint": records[-1]["checkpoint"],  # the last step's weights file, as the probes read it
     }
+
+
+def probe_cost(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per probe name, its seconds at one checkpoint (entries of one name summed; the median
+    over the checkpoints probed), and a SERIES-checkpoint series with every probe at each."""
+    at: dict[str, dict[str, float]] = {}
+    for record in records:
+        seconds = at.setdefault(ok(record)["probe"], {})
+        seconds[record["checkpoint"]] = seconds.get(record["checkpoint"], 0.0) + record["seconds"]
+    per = {name: round(statistics.median(s.values()), 3) for name, s in at.items()}
+    series = round(SERIES * sum(per.values()), 1)
+    shown = ", ".join(f"{name} {s}" for name, s in per.items())
+    print(f"gpu_check: probe seconds per checkpoint: {shown}; {SERIES} checkpoints: {series} s")
+    return {"seconds_per_checkpoint": per, f"series_{SERIES}_seconds": series}
 
 
 def export_and_probe(trained: dict[str, Any], work: Path) -> dict[str, Any]:
@@ -221,9 +247,8 @@ def export_and_probe(trained: dict[str, Any], work: Path) -> dict[str, Any]:
     metrics with the ones the training-time probes logged for the same weights."""
     hf, out = work / "hf", work / "probe_cli.jsonl"
     export_s = bytecanary("export", trained["checkpoint"], str(hf))
-    probe_s = bytecanary(
-        "probe", str(hf), "--config", str(work / "probes.yaml"), "--no-wandb", "--out", str(out)
-    )
+    probes = ["--config", str(work / "probes.yaml"), "--dtype", "float32"]  # training probes are fp32
+    probe_s = bytecanary("probe", str(hf), *probes, "--no-wandb", "--out", str(out))
     cli = {r["probe"]: r for r in read_jsonl(out)}
     during = {r["probe"]: r["metrics"] for r in read_jsonl(work / "run" / "probes.jsonl")}  # the last wins
     diff = {}
@@ -236,6 +261,53 @@ def export_and_probe(trained: dict[str, Any], work: Path) -> dict[str, Any]:
         "probe_seconds": {n: r["seconds"] for n, r in cli.items()},
         "max_abs_diff_to_training_probes": diff,
     }
+
+
+def series_ranks(work: Path, smoke: bool) -> dict[str, Any]:
+    """The run's checkpoints probed by one process and by a 2-rank torchrun launch (smoke: two
+    CPU processes): wall seconds, speed-up, and whether the records agree pair for pair."""
+    if not smoke and torch.cuda.device_count() < 2:
+        return {"skipped": "one GPU"}
+    probe = ["probe", str(work / "run"), "--config", str(work / "probes.yaml"), "--no-wandb"]
+    probe += ["--device", "cpu"] if smoke else []
+    one, two = work / "series_1.jsonl", work / "series_2.jsonl"
+    one_s = bytecanary(*probe, "--out", str(one))
+    two_s = bytecanary(*probe, "--out", str(two), ranks=2)
+    result = {"one_process_seconds": one_s, "two_ranks_seconds": two_s, "speed_up": round(one_s / two_s, 2)}
+    result |= compare_records(read_jsonl(one), read_jsonl(two))
+    print(f"gpu_check: series of {result['pairs']} pairs: 1 process {one_s} s, 2 ranks {two_s} s, ", end="")
+    print(f"speed-up {result['speed_up']}, records {'agree' if result['agree'] else 'DIFFER'}")
+    return result
+
+
+def compare_records(one: list[dict[str, Any]], two: list[dict[str, Any]]) -> dict[str, Any]:
+    """Pair for pair: the same (checkpoint, probe, params) set, each pair once, and every
+    metric within AGREE (relative; NaN equals NaN)."""
+    a, b = (
+        {(r["checkpoint"], r["probe"], r["params"]): ok(r)["metrics"] for r in rows} for rows in (one, two)
+    )
+    same = a.keys() == b.keys() and len(one) == len(a) and len(two) == len(b)
+    differ = [
+        f"{pair[1]} at {Path(pair[0]).name}: {key}"
+        for pair in sorted(a.keys() & b.keys(), key=str)
+        for key in sorted(a[pair].keys() | b[pair].keys())
+        if not close(a[pair].get(key), b[pair].get(key))
+    ]
+    return {
+        "pairs": len(a),
+        "same_pairs": same,
+        "differing_metrics": differ[:10],
+        "agree": same and not differ,
+    }
+
+
+def close(x: float | None, y: float | None) -> bool:
+    """Equal within AGREE relative (a hair of absolute slack for zeros); NaN equals NaN."""
+    if x is None or y is None:  # a key one side lacks
+        return x is y
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    return math.isclose(x, y, rel_tol=AGREE, abs_tol=1e-9)
 
 
 def fsdp_run(plan: Plan, data: Path, work: Path) -> dict[str, Any]:
@@ -287,6 +359,7 @@ def main() -> int:
             trained = attempt(results, "run", lambda: run_with_probes(plan, data_dir, work))
             if trained:
                 attempt(results, "export_and_probe", lambda: export_and_probe(trained, work))
+                attempt(results, "series_ranks", lambda: series_ranks(work, args.smoke))
             attempt(results, "fsdp", lambda: fsdp_run(plan, data_dir, work))
     results["seconds"] = round(time.perf_counter() - start, 1)
     Path(args.out).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

@@ -118,7 +118,7 @@ def run_suite(model: str, data: str, config: str) -> dict:
     probes = build_probes(probe_specs(config, None), config)
     pipeline = Pipeline(probes, os.devnull, source=config)
     for index, probe in enumerate(probes):
-        prepared, _ = pipeline.prepare(index, tokenizer, Path(data))
+        prepared = pipeline.prepare(index, tokenizer, Path(data))
         times = []
         with torch.inference_mode():
             for _ in range(3):

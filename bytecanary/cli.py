@@ -21,7 +21,7 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from docstring_parser import parse as parse_docstring
 from jsonargparse import ArgumentError, ArgumentParser
@@ -149,6 +149,7 @@ def probe(
     series: ProbeSeries,
     workers: ProbeWorker,
     device: str | None = None,
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto",
     threads: int | None = None,
 ) -> int:
     """Attach probes to existing checkpoints.
@@ -165,6 +166,7 @@ def probe(
         series: checkpoints beyond the PATHs
         workers: several workers on one --out
         device: cpu, cuda, ... (unset: cuda when available)
+        dtype: what the model computes in (auto: bfloat16 on CUDA, else float32); each its own records
         threads: torch CPU threads (unset: torch's default, which OMP_NUM_THREADS sets); give
             each of several jobs sharing a machine its share of the cores
     """
@@ -189,6 +191,7 @@ def probe(
         interval=series.interval,
         revisions=[r for r in (series.revision or "").split(",") if r] or None,
         device=device,
+        dtype=dtype,
         worker=workers.worker,
         **({"lease": workers.lease} if workers.lease is not None else {}),
     )

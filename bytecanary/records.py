@@ -65,6 +65,11 @@ class Record:
     """What the checkpoint is, wherever it lies; records without one are known by ``checkpoint``."""
     worker: str | None = None
     """Which of several workers on one records file computed it (``probes.claims``)."""
+    dtype: str | None = None
+    """What the model computed in (records without one: float32)."""
+    batch_size: int | None = None
+    """The batch size that ran: the probe's own, or half of it and less where that ran out of
+    memory (the fingerprint keeps the configured one)."""
     schema: int = SCHEMA
 
     @classmethod
@@ -72,7 +77,8 @@ class Record:
         cls, context: Context, probe: Any, params: str | None, metrics: dict[str, float] | None, **how: Any
     ) -> Record:
         """The record of ``probe`` (name, version) at ``context``; ``how`` holds ``seconds``,
-        ``threads``, ``error`` and ``worker``. A run that raised nothing but measured nothing failed too."""
+        ``threads``, ``error``, ``worker``, ``dtype`` and ``batch_size``. A run that raised
+        nothing but measured nothing failed too."""
         error = how.get("error") or (None if metrics else NO_METRICS)
         return cls(
             **context.fields(),
@@ -85,6 +91,8 @@ class Record:
             threads=how["threads"],
             metrics=dict(metrics or {}),
             worker=how.get("worker"),
+            dtype=how.get("dtype"),
+            batch_size=how.get("batch_size"),
         )
 
     @property

@@ -2,17 +2,19 @@
 
 Subclassing ``Checkpoint`` makes Lightning run this after ``ModelCheckpoint`` in the same
 hook, so the weights file of the step (``ScheduledCheckpoint.weights_path``) exists: the
-probes read that file into a probe model of their own (fp32, on the training device, built
-once and reloaded in place), so ``probes.jsonl`` holds what ``bytecanary probe`` gives on the
-same file later, and FSDP-sharded or compiled training modules need nothing special. Fires
-between checkpoints (``every_tokens``) probe the live module, in eval mode under
-``no_grad``, restored after. Every fire goes through ``Pipeline``, as ``bytecanary probe``
-does: under DDP every rank probes its share of the samples, and rank 0 aggregates the
-shares, so the metrics equal a single-process run. Results are
-logged to every logger with ``tokens_seen`` (W&B plots them beside ``val/ppl``) and
-appended to ``probes.jsonl`` next to the checkpoints, with each probe's version and
-fingerprint. A probe fires at every checkpoint, or at those its ``cadence`` picks from
-the planned schedule (``bytecanary.probes.cadence``): every Nth, or log-spaced in tokens.
+probes read that file into a probe model of their own (on the training device, in bf16 on
+CUDA and fp32 elsewhere unless ``dtype`` says, built once and reloaded in place), so
+``probes.jsonl`` holds what ``bytecanary probe`` gives on the same file later, and
+FSDP-sharded or compiled training modules need nothing special. Fires between checkpoints
+(``every_tokens``) probe the live module, in eval mode under ``no_grad``, restored after; a
+sharding strategy (FSDP, DeepSpeed, model parallel) leaves no whole live module, so those
+fires are refused. Every fire goes through ``Pipeline``, as ``bytecanary probe`` does: under
+DDP every rank probes its share of the samples, and rank 0 aggregates the shares, so the
+metrics equal a single-process run. Results are logged to every logger with ``tokens_seen``
+(W&B plots them beside ``val/ppl``) and appended to ``probes.jsonl`` next to the
+checkpoints, with each probe's version and fingerprint. A probe fires at every checkpoint,
+or at those its ``cadence`` picks from the planned schedule (``bytecanary.probes.cadence``):
+every Nth, or log-spaced in tokens.
 
 Every probe is prepared (eval sets found, tasks loaded) before the first training step,
 so a misconfigured probe is one error line and nothing trains. At every (re)start the run's
@@ -31,11 +33,29 @@ from lightning.pytorch.callbacks import Checkpoint
 from tqdm.auto import tqdm
 
 from bytecanary import keys
+from bytecanary.errors import BytecanaryError
 from bytecanary.probes.common import build_probes
+from bytecanary.probes.numerics import label, probe_dtype
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import Probe
 from bytecanary.probes.targets import Loaded, Loader, Target, in_folder
 from bytecanary.records import Context, Record
+
+
+def sharded_strategies() -> tuple[type, ...]:
+    """Lightning's strategies that shard the training module: no rank holds the whole live
+    module, so it cannot be probed between checkpoints (the weights files are whole)."""
+    from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy
+
+    return (FSDPStrategy, DeepSpeedStrategy, ModelParallelStrategy)
+
+
+def live_probes_refused(strategy: str) -> str:
+    """The one line refusing ``run.probe_every_tokens`` under the sharding ``strategy``."""
+    return (
+        f"run.probe_every_tokens: probes between checkpoints run on the live module, which {strategy} "
+        "shards; probe at checkpoints instead (run.checkpoint_every, a probe's cadence) or train with DDP"
+    )
 
 
 class ProbeCallback(Checkpoint):
@@ -46,6 +66,7 @@ class ProbeCallback(Checkpoint):
         strict: bool = False,
         out: str | Path | None = None,
         source: str | None = None,
+        dtype: str = "auto",
     ) -> None:
         """
         Args:
@@ -54,9 +75,12 @@ class ProbeCallback(Checkpoint):
             strict: a failing probe stops training.
             out: records file (default: ``probes.jsonl`` beside the checkpoints folder).
             source: where ``probes`` came from (a YAML path), named by a bad spec's error.
+            dtype: what the probe model computes in: auto (bfloat16 on CUDA, else float32),
+                float32 or bfloat16, as ``bytecanary probe --dtype``.
         """
         self.probes = build_probes(probes, source)
         self.every_tokens, self.strict, self.out, self.source = every_tokens, strict, out, source
+        self.dtype = dtype
         self.pipeline: Pipeline | None = None
         self._loader: Loader | None = None
         self._tokenizer: Any = None
@@ -83,7 +107,9 @@ class ProbeCallback(Checkpoint):
         if self.out is None:
             self.out = Path(folder).parent / "probes.jsonl" if folder else Path("probes.jsonl")
         self.pipeline.out = Path(self.out)
-        self._loader.device = pl_module.device
+        dtype = probe_dtype(self.dtype, pl_module.device)  # the device is known now
+        self._loader.device, self._loader.dtype = pl_module.device, dtype
+        self.pipeline.dtype = label(dtype)
         self._trainer = trainer
         self._plan(trainer)
         if folder:
@@ -138,6 +164,8 @@ class ProbeCallback(Checkpoint):
             if indices:
                 self._fire(Target.file(checkpoint), indices)
             return
+        if isinstance(trainer.strategy, sharded_strategies()):  # the CLI refuses it before training
+            raise BytecanaryError(live_probes_refused(type(trainer.strategy).__name__))
         model = getattr(pl_module, "model", pl_module)
         model = getattr(model, "_orig_mod", model)
         was_training = model.training

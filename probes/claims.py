@@ -45,6 +45,18 @@ def is_lead() -> bool:
     return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
 
 
+def worker_device(device: str | None, cuda: int) -> str:
+    """The device of this worker given ``--device`` and the node's ``cuda`` GPU count: a
+    worker launched by torchrun (``LOCAL_RANK``) or srun (``SLURM_LOCALID``) gets a GPU of its
+    own, ``cuda:<local rank>``, not the first GPU beside its siblings; cpu without GPUs."""
+    if device not in (None, "cuda"):
+        return device
+    if not cuda:
+        return device or "cpu"
+    local = os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID"))
+    return f"cuda:{int(local) % cuda}" if local else "cuda"
+
+
 class Claims:
     """The claims file beside the records ``out``, as seen by ``worker``."""
 

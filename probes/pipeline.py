@@ -24,6 +24,7 @@ from bytecanary import records
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import warn
 from bytecanary.probes.claims import Claims
+from bytecanary.probes.numerics import dtype_name, is_oom, label, release
 from bytecanary.probes.registry import Probe
 from bytecanary.probes.targets import Loaded, Loader, Target, data_dir_of
 from bytecanary.records import Context, Record
@@ -34,6 +35,21 @@ class Failure:
     """A rank's payload when its share raised."""
 
     error: str
+
+
+class OutOfMemory(Failure):
+    """A rank's payload when a batch of its share did not fit in memory."""
+
+
+def _compute_share(probe: Probe, loaded: Loaded, samples: Any, rank: int, world: int) -> Any:
+    """This rank's payload of ``probe``, or why there is none: one probe must not stop the others."""
+    try:
+        with torch.no_grad():
+            return probe.compute(loaded.model, loaded.tokenizer, samples, rank, world)
+    except Exception as err:
+        if is_oom(err):
+            return OutOfMemory(f"out of memory at batch size {probe.batch_size}")
+        return Failure(f"{type(err).__name__}: {err}")
 
 
 def _dist() -> bool:
@@ -84,7 +100,9 @@ class Pipeline:
     appended (to log it), on rank 0. With ``claims``, it is one of several workers on ``out``
     and computes only the pairs it holds. ``strict`` names the setting that makes a failing probe
     fatal (the training config's ``run.probe_strict``), for its error; None: a failure is a
-    record."""
+    record. ``dtype`` is what the loaded models compute in (part of each fingerprint). A batch
+    that runs out of memory is tried again at half the size, down to 1, and the size that fit
+    is kept for the probe's later checkpoints."""
 
     def __init__(
         self,
@@ -94,14 +112,19 @@ class Pipeline:
         source: str | Path | None = None,
         publish: Callable[[Record], None] | None = None,
         claims: Claims | None = None,
+        dtype: torch.dtype = torch.float32,
     ) -> None:
         self.probes, self.out, self.strict, self.source = probes, Path(out), strict, source
         self.publish = publish or (lambda record: None)
         self.claims = claims
+        self.dtype = label(dtype)
+        """What the models compute in, by name (``float32``): part of each fingerprint."""
+        self.batch_sizes: dict[int, int] = {}
+        """Per probe index, the batch size that fit after running out of memory at its own."""
         self.attempted: set[tuple[str, int]] = set()
         """(checkpoint key, probe index) of every pair this process measured or failed."""
-        self._prepared: dict[tuple[int, str, str, str | None], tuple[Any, str]] = {}
-        self._params: dict[tuple[int, str], str] = {}
+        self._prepared: dict[tuple[int, str, str, str | None], Any] = {}
+        self._params: dict[tuple[int, str, str], str] = {}
         self._tally = records.Tally(self.out)
 
     @property
@@ -112,8 +135,8 @@ class Pipeline:
         return f"{self.source}: probes: {probe.name}" if self.source else f"probes: {probe.name}"
 
     def prepare(self, index: int, tokenizer: Any, data_dir: Path | None, revision: str | None = None):
-        """(prepared samples, fingerprint) of probe ``index``; a missing, unreadable or empty
-        eval set is one ``BytecanaryError`` naming the source and the probe."""
+        """The prepared samples of probe ``index``; a missing, unreadable or empty eval set is
+        one ``BytecanaryError`` naming the source and the probe."""
         key = (index, _key(data_dir), _key(tokenizer.name_or_path), revision)
         if key not in self._prepared:
             probe = self.probes[index]
@@ -127,16 +150,18 @@ class Pipeline:
             if isinstance(samples, Sized) and len(samples) == 0:
                 where = self._where(probe)
                 raise BytecanaryError(f"{where}: the eval set has no samples (data {data_dir})")
-            self._prepared[key] = (prepared, self.params(index, data_dir))
+            self.params(index, data_dir)  # the eval files read now, not after the model ran
+            self._prepared[key] = prepared
         return self._prepared[key]
 
-    def params(self, index: int, data_dir: Path | None) -> str:
-        """Probe ``index``'s fingerprint on ``data_dir``'s eval sets (read once)."""
-        key = (index, _key(data_dir))
+    def params(self, index: int, data_dir: Path | None, dtype: str | None = None) -> str:
+        """Probe ``index``'s fingerprint on ``data_dir``'s eval sets (read once) for a model
+        computing in ``dtype`` (None: the pipeline's)."""
+        key = (index, _key(data_dir), dtype or self.dtype)
         if key not in self._params:
             probe = self.probes[index]
             try:
-                self._params[key] = probe.fingerprint(data_dir)
+                self._params[key] = probe.fingerprint(data_dir, key[2])
             except BytecanaryError as err:
                 raise BytecanaryError(f"{self._where(probe)}: {err}") from None
             except OSError as err:
@@ -168,16 +193,24 @@ class Pipeline:
         return out
 
     def _done(
-        self, context: Context, index: int, data_dir: Path | None, finished: set[records.Identity]
+        self,
+        context: Context,
+        index: int,
+        data_dir: Path | None,
+        finished: set[records.Identity],
+        dtype: str | None = None,
     ) -> bool:
-        """Whether probe ``index`` succeeded on the checkpoint of ``context``: known by its id,
-        or by its path in a record written before checkpoints had ids."""
+        """Whether probe ``index`` succeeded on the checkpoint of ``context`` (in ``dtype``,
+        None: the pipeline's): known by its id, or by its path in a record written before
+        checkpoints had ids."""
         wheres = {context.checkpoint_id, context.checkpoint} - {None} or {None}
-        return any(self._identity(where, context.step, index, data_dir) in finished for where in wheres)
+        return any(self._identity(w, context.step, index, data_dir, dtype) in finished for w in wheres)
 
-    def _identity(self, where: str | None, step: int | None, index: int, data_dir: Path | None):
+    def _identity(
+        self, where: str | None, step: int | None, index: int, data_dir: Path | None, dtype: str | None = None
+    ) -> records.Identity:
         probe = self.probes[index]
-        return records.identity(where, step, probe.name, probe.version, self.params(index, data_dir))
+        return records.identity(where, step, probe.name, probe.version, self.params(index, data_dir, dtype))
 
     def probe(
         self,
@@ -232,21 +265,25 @@ class Pipeline:
     ) -> list[Record]:
         """The probes ``indices`` on a loaded model (every rank its share); returns the
         records appended (on rank 0; other ranks get none). Non-finite weights fail every
-        probe with a record naming the tensor, rather than measuring argmaxes of NaN."""
+        probe with a record naming the tensor, rather than measuring argmaxes of NaN. The
+        records' fingerprints hold the dtype the model computes in (a live training module's
+        own, which may differ from the pipeline's)."""
         indices = list(indices)
         prepared = [self.prepare(i, loaded.tokenizer, loaded.data_dir, revision) for i in indices]
+        dtype = dtype_name(loaded.model)
         broken: str | bool | None = False  # looked at once, before the first pair that runs
         appended = []
-        for index, (samples, params) in zip(indices, prepared, strict=True):
-            probe = self.probes[index]
-            if broadcast(self._done(context, index, loaded.data_dir, self.finished()) if rank0() else None):
+        for index, samples in zip(indices, prepared, strict=True):
+            probe, params = self.probes[index], self.params(index, loaded.data_dir, dtype)
+            done = self._done(context, index, loaded.data_dir, self.finished(), dtype) if rank0() else None
+            if broadcast(done):
                 continue  # another process finished it meanwhile
             if broken is False:
                 broken = nonfinite(loaded.model)
             if broken:
-                record = self._failed(probe, params, context, f"non-finite weights: {broken}")
+                record = self._failed(probe, params, context, f"non-finite weights: {broken}", dtype)
             else:
-                record = self._measure_one(probe, loaded, samples, params, context)
+                record = self._measure_one(index, loaded, samples, params, context)
             appended += self._append([record])
             self._check_strict(probe, context, record)
         return appended
@@ -264,26 +301,26 @@ class Pipeline:
                     warn(f"probe {record.probe} on {where} failed: {record.error}")
         return appended
 
-    def _failed(self, probe: Probe, params: str | None, context: Context, error: str) -> Record | None:
+    def _failed(
+        self, probe: Probe, params: str | None, context: Context, error: str, dtype: str | None = None
+    ) -> Record | None:
         """A failed record of ``probe`` that did not run (rank 0; None elsewhere)."""
         if not rank0():
             return None
-        how = {"seconds": 0.0, "threads": torch.get_num_threads(), "worker": self.worker}
-        return Record.of(context, probe, params, None, error=error, **how)
+        return Record.of(context, probe, params, None, error=error, **self._how(0.0, None, dtype))
+
+    def _how(self, seconds: float, batch_size: int | None, dtype: str | None) -> dict[str, Any]:
+        threads = torch.get_num_threads()
+        how = {"seconds": seconds, "threads": threads, "worker": self.worker, "dtype": dtype or self.dtype}
+        return how | ({"batch_size": batch_size} if batch_size is not None else {})
 
     def _measure_one(
-        self, probe: Probe, loaded: Loaded, samples: Any, params: str, context: Context
+        self, index: int, loaded: Loaded, samples: Any, params: str, context: Context
     ) -> Record | None:
-        """One probe on the loaded model; rank 0 returns its record."""
-        rank, world = rank_and_world()
+        """Probe ``index`` on the loaded model; rank 0 returns its record."""
         start = time.perf_counter()
-        try:
-            with torch.no_grad():
-                payload: Any = probe.compute(loaded.model, loaded.tokenizer, samples, rank, world)
-        except Exception as err:  # recorded, not raised: one probe must not stop the others
-            payload = Failure(f"{type(err).__name__}: {err}")
-        payloads = gather(payload)
-        if rank != 0:
+        probe, payloads = self._compute(index, loaded, samples)
+        if not rank0():
             return None
         failed = [p for p in payloads if isinstance(p, Failure)]
         metrics, error = None, failed[0].error if failed else None
@@ -292,9 +329,28 @@ class Pipeline:
                 metrics = probe.aggregate(samples, payloads, context)
             except Exception as err:
                 error = f"{type(err).__name__}: {err}"
-        seconds = time.perf_counter() - start
-        how = {"seconds": seconds, "threads": torch.get_num_threads(), "worker": self.worker}
-        return Record.of(context, probe, params, metrics, error=error, **how)
+        how = self._how(time.perf_counter() - start, probe.batch_size, dtype_name(loaded.model))
+        return Record.of(context, self.probes[index], params, metrics, error=error, **how)
+
+    def _compute(self, index: int, loaded: Loaded, samples: Any) -> tuple[Probe, list[Any]]:
+        """(the probe as it ran, every rank's payload): at the probe's batch size, halved until
+        a batch fits in memory on every rank (all ranks take the same size, so the shares stay
+        those of one batch size), down to 1."""
+        rank, world = rank_and_world()
+        probe = self.probes[index]
+        if index in self.batch_sizes:
+            probe = probe.resized(self.batch_sizes[index])
+        while True:
+            payloads = gather(_compute_share(probe, loaded, samples, rank, world))
+            short = [p for p in payloads if isinstance(p, OutOfMemory)]
+            size = probe.batch_size
+            if not short or size is None or size == 1:
+                return probe, payloads
+            release(next(loaded.model.parameters()).device)
+            if rank == 0:
+                warn(f"probe {probe.name}: {short[0].error}; trying batch size {size // 2}")
+            probe = probe.resized(size // 2)
+            self.batch_sizes[index] = size // 2
 
     def _check_strict(self, probe: Probe, context: Context, record: Record | None) -> None:
         error = broadcast(record.error if record is not None else None)

@@ -10,6 +10,7 @@ setup produced a record, so a changed probe is rerun and an unchanged one is not
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import hashlib
@@ -70,13 +71,28 @@ class Probe:
         """The files whose contents the metrics depend on (eval sets, task files)."""
         return []
 
-    def fingerprint(self, data_dir: Path | None) -> str:
-        """Short hash of the parameters and of the eval files' contents: two records with the
-        same version and fingerprint came from the same setup."""
+    def fingerprint(self, data_dir: Path | None, dtype: str = "float32") -> str:
+        """Short hash of the parameters, of the eval files' contents and of the ``dtype`` the
+        model computes in: two records with the same version and fingerprint came from the same
+        setup. (float32 is left out of the hash: records from before ``--dtype`` match.)"""
         params = {k: v for k, v in self.params.items() if k not in self.unhashed}
         files = [hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in self.eval_files(data_dir)]
-        blob = json.dumps({"params": params, "files": files}, sort_keys=True, default=str)
+        setup = {"params": params, "files": files} | ({"dtype": dtype} if dtype != "float32" else {})
+        blob = json.dumps(setup, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @property
+    def batch_size(self) -> int | None:
+        """Samples per forward pass (None: a probe without batches)."""
+        return self.params.get("batch_size")
+
+    def resized(self, batch_size: int) -> Probe:
+        """This probe at another batch size, everything else alike (``prepare``'s samples
+        included): what runs when the configured batches do not fit in memory."""
+        clone = copy.copy(self)
+        clone.config = dataclasses.replace(self.config, batch_size=batch_size)
+        clone.params = {**self.params, "batch_size": batch_size}
+        return clone
 
     def prepare(self, tokenizer: Any, data_dir: Path | None) -> Any:
         """Build the samples (deterministic: every rank builds the same)."""

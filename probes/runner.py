@@ -31,8 +31,9 @@ from bytecanary.checkpoints import finished_step
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import check_output
-from bytecanary.probes.claims import DEFAULT_LEASE, Claims, default_worker, is_lead
+from bytecanary.probes.claims import DEFAULT_LEASE, Claims, default_worker, is_lead, worker_device
 from bytecanary.probes.common import build_probes, validate_specs
+from bytecanary.probes.numerics import probe_dtype
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import probe_class
 from bytecanary.probes.targets import Loader, Target, data_dir_of, in_folder, resolve, watch
@@ -211,6 +212,8 @@ class Job:
     """With a model id as PATH: the revisions to probe."""
     device: str | None = None
     """cpu, cuda, ... (None: cuda when available)."""
+    dtype: str = "auto"
+    """What the model computes in: float32, bfloat16, or auto (bfloat16 on CUDA, else float32)."""
     worker: str | None = None
     """This worker's name among several on ``out`` (None: its launcher's rank, else host:pid)."""
     lease: float = DEFAULT_LEASE
@@ -231,6 +234,8 @@ def run(
     cross-checkpoint statistics to its summary. The caller prints the summary table."""
     job = job or Job()
     out_path = check_output(job.out)  # now, not after hours of probing
+    device = worker_device(job.device, torch.cuda.device_count())
+    dtype = probe_dtype(job.dtype, device)
     targets = resolve(paths, job.revisions) if paths else []
     built = build_probes([with_cli_params(s, job.trial, job.eval_sets) for s in probes])
     if targets:  # bad inputs fail before any model loads (a watched folder's data is known later)
@@ -239,13 +244,13 @@ def run(
             probe.validate(data_dir)
     wandb_run = None
     if job.wandb_project and is_lead():  # one W&B run per launch
-        config = {"paths": paths, "probes": probes, "trial": job.trial}
+        config = {"paths": paths, "probes": probes, "trial": job.trial, "dtype": str(dtype)}
         wandb_run = _start_wandb(job.wandb_project, out_path, config)
     try:
         claims = Claims(out_path, job.worker or default_worker(), job.lease)
         publish = _to_wandb(wandb_run)
-        pipeline = Pipeline(built, out_path, publish=publish, claims=claims)
-        loader = Loader(job.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        pipeline = Pipeline(built, out_path, publish=publish, claims=claims, dtype=dtype)
+        loader = Loader(device, dtype)
         made = probe_targets(pipeline, loader, targets)
         made += complete(pipeline, loader, targets, wait=min(1.0, job.lease / 4))
         if publish is not None:  # the lead worker's W&B run gets the other workers' records too

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from bytecanary.checkpoints import (
     STATE,
     WEIGHTS,
@@ -126,11 +128,12 @@ def _file_data_dir(path: str, size: int, mtime_ns: int) -> Path | None:
 
 
 class Loader:
-    """Loads targets onto one device. Weights files of one model shape load in place into one
-    fp32 model, so probing a series allocates no second model; tokenizers are read once."""
+    """Loads targets onto one device, in ``dtype``. Weights files of one model shape load in
+    place into one model, so probing a series allocates no second model; tokenizers are read
+    once."""
 
-    def __init__(self, device: Any) -> None:
-        self.device = device
+    def __init__(self, device: Any, dtype: torch.dtype = torch.float32) -> None:
+        self.device, self.dtype = device, dtype
         self._model: Any = None
         self._shape: dict[str, Any] | None = None
         self._tokenizers: dict[str, Any] = {}
@@ -151,14 +154,16 @@ class Loader:
             shape = read_meta(target.path).get("gpt2_config") if weights else None
             reuse = self._model if shape is not None and shape == self._shape else None
             meta, model = load_gpt2(target.path, into=reuse)
-            self._model, self._shape = model.to(self.device), shape
+            self._model, self._shape = model.to(self.device, self.dtype), shape
             tokenizer = self.tokenizer(tokenizer_dir(meta, target.path))
             data_dir = checkpoint_data_dir(meta)
             return Loaded(self._model, tokenizer, data_dir, meta.get("step"), meta.get("tokens_seen"))
         model, tokenizer = _load_hf(target)
         info = _hf_info(target)
         step = info.get("step", target.step_hint if target.step_hint >= 0 else None)
-        return Loaded(model.to(self.device), tokenizer, data_dir_of(target), step, info.get("tokens_seen"))
+        return Loaded(
+            model.to(self.device, self.dtype), tokenizer, data_dir_of(target), step, info.get("tokens_seen")
+        )
 
 
 def _load_hf(target: Target) -> tuple[Any, Any]:

@@ -1,6 +1,7 @@
-"""benchmarks/gpu_check.py --smoke: the GPU check's every step on a CPU, so it never rots
-between the runs on a GPU."""
+"""benchmarks/gpu_check.py --smoke: the GPU check's every step on a CPU (its 2-rank probe as
+two CPU processes), so it never rots between the runs on a GPU."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -27,7 +28,36 @@ def test_gpu_check_smoke_writes_its_json(tmp_path):
     assert run["tokens_seen"] == 12 * 4 * 64 and run["val_ppl"] > 1
     assert set(run["probe_seconds"]) == {"level0", "level1", "mcqa"}
     assert all(len(s) == 2 for s in run["probe_seconds"].values())  # at both checkpoints
+    cost = run["probe_cost"]
+    per = cost["seconds_per_checkpoint"]
+    assert set(per) == {"level0", "level1", "mcqa"} and all(s > 0 for s in per.values())
+    assert cost["series_420_seconds"] == pytest.approx(420 * sum(per.values()), abs=0.1)
     checked = result["export_and_probe"]
     diff = checked["max_abs_diff_to_training_probes"]  # the exported weights score the same
     assert set(diff) == {"level0", "level1", "mcqa"} and max(diff.values()) < 1e-6
+    series = result["series_ranks"]  # two CPU processes under torchrun against one
+    assert series["one_process_seconds"] > 0 and series["two_ranks_seconds"] > 0 and series["speed_up"] > 0
+    assert series["pairs"] == 2 * 3 and series["same_pairs"] and series["differing_metrics"] == []
+    assert series["agree"]
     assert result["fsdp"] == {"skipped": "Lightning's FSDP needs CUDA"}
+
+
+def test_records_agree_only_pair_for_pair_within_1e_4(monkeypatch):
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "gpu_check", gpu_check)  # its dataclasses look it up
+    spec.loader.exec_module(gpu_check)
+    compare = gpu_check.compare_records
+
+    def record(step: int, **metrics: float) -> dict:
+        where = {"checkpoint": f"step{step}.safetensors", "step": step}
+        return where | {"probe": "level0", "params": "p", "status": "ok", "metrics": metrics}
+
+    nan = float("nan")
+    one = [record(1, a=1.0, b=nan), record(2, a=0.0)]
+    assert compare(one, [record(2, a=0.0), record(1, a=1.00005, b=nan)])["agree"]  # any order, NaN = NaN
+    off = compare(one, [record(1, a=1.0002, b=nan), record(2, a=0.0)])
+    assert not off["agree"] and off["differing_metrics"] == ["level0 at step1.safetensors: a"]
+    assert not compare(one, [record(1, a=1.0, b=nan)])["same_pairs"]  # a pair missing
+    assert not compare(one, [*one, one[0]])["same_pairs"]  # a pair twice
+    assert not compare(one, [record(1, a=1.0), record(2, a=0.0)])["agree"]  # a metric missing

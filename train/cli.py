@@ -10,6 +10,7 @@ gets config.yaml, checkpoints/, metrics.jsonl, probes.jsonl and wandb/
 from __future__ import annotations
 
 import logging
+import pydoc
 import re
 import warnings
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from bytecanary.checkpoints import FINISHED, probe_checkpoints, training_states
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_path, check_output, remove_stale_temps, write_json
-from bytecanary.probes.callback import ProbeCallback
+from bytecanary.probes.callback import ProbeCallback, live_probes_refused, sharded_strategies
 from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis, finish_wandb
 from bytecanary.train.checkpointing import (
     AtomicCheckpointIO,
@@ -67,7 +68,11 @@ class RunConfig:
     resume: bool = False
     """Continue from the latest checkpoint in <root>/<name>/checkpoints/."""
     probe_every_tokens: int | None = None
-    """Fire the probes every this many tokens as well as at each checkpoint."""
+    """Fire the probes every this many tokens as well as at each checkpoint, on the live module
+    (refused under a sharding strategy: FSDP, DeepSpeed, model parallel)."""
+    probe_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """What the probes' model computes in at checkpoints: auto is bfloat16 on CUDA (half the
+    memory beside training) and float32 elsewhere, as ``bytecanary probe --dtype``."""
     probe_strict: bool = False
     """A failing probe stops training (default: recorded as failed, training goes on)."""
     probe_in_loop: bool = True
@@ -137,7 +142,8 @@ class BytecanaryCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         """Check the values, the run folder and the probes before anything is built or written:
         a bad flag (``--model.optim.lr=-1``), an output path under a file, a wrong probe
-        parameter or a missing eval set is one line naming it, and no run folder is touched."""
+        parameter, a missing eval set or live probes under FSDP is one line naming it, and no run
+        folder is touched."""
         for group, cls in CHECKED_GROUPS.items():
             try:
                 cls(**self.config[group].as_dict())
@@ -146,8 +152,14 @@ class BytecanaryCLI(LightningCLI):
         run = self.run_config()
         self.probe_callback = None
         if self.config["probes"] and run.probe_in_loop:
+            if run.probe_every_tokens:
+                refuse_sharded_live_probes(self.config["trainer"]["strategy"])
             self.probe_callback = ProbeCallback(
-                self.config["probes"], run.probe_every_tokens, run.probe_strict, source=self._probes_source()
+                self.config["probes"],
+                run.probe_every_tokens,
+                run.probe_strict,
+                source=self._probes_source(),
+                dtype=run.probe_dtype,
             )
             data_dir = Path(self.config["data"]["data_dir"])
             if (data_dir / "tokenizer").is_dir():  # else the data module says what is missing
@@ -194,6 +206,30 @@ class BytecanaryCLI(LightningCLI):
             plugins=[AtomicCheckpointIO()],
         )
         return super().instantiate_trainer(**kwargs)
+
+
+def strategy_class(spec: Any) -> type | None:
+    """The Lightning strategy class that ``trainer.strategy`` names: a registry name (``fsdp``,
+    ``deepspeed_stage_2``, any case, as Lightning reads it), a ``{class_path: ...}`` config or
+    an instance; None for ``auto`` and for what Lightning will refuse itself."""
+    from lightning.pytorch.strategies import Strategy, StrategyRegistry
+
+    if isinstance(spec, Strategy):
+        return type(spec)
+    if isinstance(spec, str):
+        name = spec.lower()  # StrategyRegistry.get would build one
+        return StrategyRegistry[name]["strategy"] if name in StrategyRegistry else None
+    path = spec.get("class_path") if hasattr(spec, "get") else None
+    found = pydoc.locate(path) if isinstance(path, str) else None
+    return found if isinstance(found, type) else None
+
+
+def refuse_sharded_live_probes(spec: Any) -> None:
+    """Probes between checkpoints read the live module, which a sharding strategy splits over
+    the ranks: refuse them before anything is built (probes at checkpoints read whole files)."""
+    cls = strategy_class(spec)
+    if cls is not None and issubclass(cls, sharded_strategies()):
+        raise BytecanaryError(live_probes_refused(cls.__name__))
 
 
 TRAINER_DEFAULTS = {

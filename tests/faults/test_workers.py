@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from bytecanary.probes.claims import Claims, default_worker, is_lead
+from bytecanary.probes.claims import Claims, default_worker, is_lead, worker_device
 from bytecanary.records import read as read_records
 
 from .conftest import QUIET, ROOT, bytecanary, command, micro_config
@@ -115,3 +115,16 @@ def test_worker_names_and_the_lead_follow_the_launcher(monkeypatch):
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
     monkeypatch.setenv("SLURM_PROCID", "0")
     assert default_worker().endswith(":slurm_array_task_id3-slurm_procid0") and is_lead()
+
+
+def test_each_worker_of_a_node_gets_a_gpu_of_its_own(monkeypatch):
+    for variable in ("LOCAL_RANK", "SLURM_LOCALID"):
+        monkeypatch.delenv(variable, raising=False)
+    assert worker_device(None, 0) == "cpu" and worker_device(None, 2) == "cuda"
+    monkeypatch.setenv("LOCAL_RANK", "1")  # torchrun's second worker
+    assert worker_device(None, 2) == worker_device("cuda", 2) == "cuda:1"
+    assert worker_device("cuda:0", 2) == "cuda:0" and worker_device("cpu", 2) == "cpu"
+    assert worker_device(None, 0) == "cpu" and worker_device("cuda", 0) == "cuda"  # an error later, as asked
+    monkeypatch.delenv("LOCAL_RANK")
+    monkeypatch.setenv("SLURM_LOCALID", "5")  # srun's sixth task on a node of 4 GPUs
+    assert worker_device(None, 4) == "cuda:1"

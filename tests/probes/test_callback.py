@@ -3,6 +3,7 @@ and fingerprint, refuses a bad spec before training, DDP equals 1 process."""
 
 import lightning as L
 import pytest
+import torch
 import yaml
 
 from bytecanary.checkpoints import checkpoint_data_dir, load_gpt2, tokenizer_dir
@@ -34,12 +35,20 @@ class Exploding(Probe):
 
 
 def _fit(
-    tmp_path, small_data, probes, strict=False, every_tokens=None, max_steps=4, every_n_steps=2, logger=False
+    tmp_path,
+    small_data,
+    probes,
+    strict=False,
+    every_tokens=None,
+    max_steps=4,
+    every_n_steps=2,
+    logger=False,
+    dtype="auto",
 ):
     dm = ShardDataModule(str(small_data), batch_size=4, seq_len=32, val_tokens=256)
     module = ByteLM(ArchConfig(n_layer=1, n_head=2, n_embd=32, n_positions=32), vocab_size=dm.vocab_size)
     ckpt = ScheduledCheckpoint(tmp_path / "checkpoints", every_n_steps=every_n_steps, log_spaced_until=None)
-    callback = ProbeCallback(probes, every_tokens=every_tokens, strict=strict)
+    callback = ProbeCallback(probes, every_tokens=every_tokens, strict=strict, dtype=dtype)
     trainer = L.Trainer(
         accelerator="cpu",
         max_steps=max_steps,
@@ -166,6 +175,33 @@ def test_fires_probe_the_weights_file_in_one_reused_model(tmp_path, small_data, 
     assert (again.step, again.tokens_seen, again.params) == (row.step, row.tokens_seen, row.params)
     assert (again.step, again.tokens_seen) == (4, 4 * 4 * 32)
     assert again.metrics == row.metrics
+
+
+def test_checkpoint_fires_compute_in_the_probe_dtype_and_live_fires_in_the_modules(tmp_path, small_data):
+    """``run.probe_dtype``: the weights files are probed in bf16 (what ``bytecanary probe
+    --dtype bfloat16`` gives later, so a sidecar finds them done), the live module in its own
+    fp32; each record's fingerprint and ``dtype`` say which."""
+    spec = {"name": "level0", "trial": True, "per_language": 1}
+    _fit(tmp_path, small_data, [spec], every_tokens=128, dtype="bfloat16")
+    rows = read_records(tmp_path / "probes.jsonl")
+    assert [(r.step, r.dtype) for r in rows] == [
+        (1, "float32"),
+        (2, "bfloat16"),
+        (3, "float32"),
+        (4, "bfloat16"),
+    ]
+    probe = get_probe("level0", trial=True, per_language=1)
+    data_dir = checkpoint_data_dir(load_gpt2(rows[1].checkpoint)[0])
+    assert {rows[0].params, rows[1].params} == {
+        probe.fingerprint(data_dir),
+        probe.fingerprint(data_dir, "bfloat16"),
+    }
+    later = Pipeline([probe], tmp_path / "probes.jsonl", dtype=torch.bfloat16)
+    assert later.todo(resolve([str(tmp_path / "checkpoints")])) == []
+    (again,) = Pipeline([probe], tmp_path / "again.jsonl", dtype=torch.bfloat16).probe(
+        Loader("cpu", torch.bfloat16), Target.file(rows[3].checkpoint), [0]
+    )
+    assert (again.params, again.dtype, again.metrics) == (rows[3].params, "bfloat16", rows[3].metrics)
 
 
 def test_the_callback_and_bytecanary_probe_fail_a_probe_alike(tmp_path, small_data):
