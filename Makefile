@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 		$(PY) -m pip install -q "torch==$(TORCH_VERSION)" \
 			$(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)); \
 	fi
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,lm-eval]'
 	touch $(STAMP)
 
 demo: $(STAMP)

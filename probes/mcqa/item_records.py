@@ -2,7 +2,8 @@
 every metric and to join across checkpoints by fields alone.
 
 Each line starts with the probe's record context (checkpoint, step, tokens_seen, set by the
-caller), then names the task, protocol, item id and rotation. Scored protocols keep the
+caller), then names the task, protocol, item id and rotation (an lm-eval task's items add
+``source: lm_eval``, ``task_version`` and lm-eval's ``doc_id``). Scored protocols keep the
 choice log-likelihoods, the continuation ids and the prompt's last ids (the
 space-tokenization trap lives there); generative protocols keep every generated text, its
 strict and normalised predictions and, for M&D, the rule that fired.
@@ -19,6 +20,7 @@ import numpy as np
 
 from bytecanary import keys
 from bytecanary.probes.mcqa.generation import GradedAnswers
+from bytecanary.probes.mcqa.lm_eval_tasks import LmEvalItem
 from bytecanary.probes.mcqa.views import View
 
 
@@ -46,6 +48,8 @@ def write_item_records(
                 "answer": v.item.answer,
                 "choices": list(v.item.choices),
             }
+            if isinstance(v.item, LmEvalItem):  # joins with lm-eval's --log_samples lines by doc_id
+                item.update(source="lm_eval", task_version=v.item.task_version, doc_id=v.item.doc_id)
             rows = []
             for p, lls in per_view.items():
                 prompt_ids, conts = v.encodings[p]

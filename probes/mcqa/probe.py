@@ -20,8 +20,9 @@ report ``chance_gap`` = acc - 1/choices and ``chance_distance`` = its absolute v
 every protocol. Keys: ``keys.mcqa(task, protocol, metric)`` and ``keys.mcqa_task(task, metric)``.
 
 Tasks: the embedded word completion (``wordcomp_<lang>``, items `bytecanary prepare` drew
-from the data's held-out text), NonsenseQA (``nonsenseqa_<lang>``) and any benchmark
-through ``datasets`` (one task per language when a file mixes languages). Per-item records
+from the data's held-out text), NonsenseQA (``nonsenseqa_<lang>``), any benchmark
+through ``datasets`` (one task per language when a file mixes languages) and any
+lm-evaluation-harness multiple-choice task (``lm_eval_tasks``). Per-item records
 (``records``) start with the ``Context`` (checkpoint, step, tokens_seen) ``aggregate`` is given.
 Where the work lives: ``views`` (encoding), ``generation`` (answers
 and grading), ``aggregate`` (metrics), ``item_records`` (per-item lines).
@@ -57,11 +58,11 @@ from bytecanary.probes.mcqa.aggregate import mcqa_metrics
 from bytecanary.probes.mcqa.dashed import Matcher
 from bytecanary.probes.mcqa.generation import Answering, generate_answers, grade
 from bytecanary.probes.mcqa.item_records import write_item_records
+from bytecanary.probes.mcqa.lm_eval_tasks import LmEvalSource, task_source
 from bytecanary.probes.mcqa.prompts import labels
 from bytecanary.probes.mcqa.scoring import score_continuations
 from bytecanary.probes.mcqa.tasks import (
     McqaItem,
-    TaskSource,
     by_task,
     load_task,
     nonsense_items,
@@ -80,7 +81,8 @@ class McqaItems(Checked):
     """Which items the probe asks, and which of them generate."""
 
     tasks: list[dict[str, Any]] | None = None
-    """Benchmarks, each a ``TaskSource`` as a mapping (name, schema, language, path, ...)."""
+    """Benchmarks, each a ``TaskSource`` as a mapping (name, schema, language, path, ...), or an
+    lm-evaluation-harness task ``{name: ..., source: lm_eval, include_path: ..., language: ...}``."""
     embedded_per_language: int = 64
     """Word-completion items per language from the data's held-out text (0: none; needs a
     prepared data folder)."""
@@ -110,7 +112,8 @@ class McqaProtocols(Checked):
     label_format: str = "A."
     """Option labels of letter scoring: "A.", "(A)" or "1."."""
     shots: int = 0
-    """Solved examples before each question (letter scoring and cloze)."""
+    """Solved examples before each question (letter scoring and cloze; an lm-eval task
+    uses its own ``num_fewshot``)."""
     permutations: bool = False
     """Also score every cyclic rotation of the options."""
     similarity: str = "tfidf"
@@ -170,7 +173,7 @@ class McqaProbe(Probe):
     def __init__(self, config: McqaConfig | None = None, **fields: Any) -> None:
         """``config``, or its fields by name (a spec's keys)."""
         super().__init__(config, **fields)
-        self.sources = [TaskSource(**t) for t in self.config.tasks or []]
+        self.sources = [task_source(t) for t in self.config.tasks or []]
         self._matcher_cache: Matcher | None = None
 
     @property
@@ -192,12 +195,14 @@ class McqaProbe(Probe):
         return [p for p in self.protocols if p in GENERATED_PROTOCOLS]
 
     def eval_files(self, data_dir: Path | None) -> list[Path]:
-        """The prepared word-completion items and any local benchmark files."""
+        """The prepared word-completion items, any local benchmark files and each lm-eval
+        task's YAMLs and local data files."""
         files = []
         if self.config.embedded_per_language:
             folder = evalsets_dir(data_dir)
             files += [folder / wordcomp.file_name(lang) for lang in self.languages]
-        files += [Path(f) for src in self.sources for f in src.data_files or []]
+        for src in self.sources:
+            files += src.files() if isinstance(src, LmEvalSource) else [Path(f) for f in src.data_files or []]
         return [f for f in files if f.is_file()]
 
     def _matcher(self) -> Matcher:
@@ -227,9 +232,16 @@ class McqaProbe(Probe):
             seen.add((item.task, item.item_id))
 
     def _items(self, data_dir: Path | None) -> list[tuple[McqaItem, tuple[McqaItem, ...]]]:
-        """(item, its shots) for every task; shots come from the item's own task."""
+        """(item, its shots) for every task; shots come from the item's own task (an lm-eval
+        task's: the documents lm-eval put in the item's few-shot context, every document asked)."""
         cfg = self.config
-        groups = [items for src in self.sources for items in by_task(load_task(src))]
+        out: list[tuple[McqaItem, tuple[McqaItem, ...]]] = []
+        groups: list[list[McqaItem]] = []
+        for src in self.sources:
+            if isinstance(src, LmEvalSource):
+                out += src.items(TRIAL_ITEMS if cfg.trial else None)
+            else:
+                groups += by_task(load_task(src))
         if cfg.embedded_per_language:
             folder = Path(data_dir or DEFAULT_DATA_DIR)
             groups += [
@@ -238,7 +250,6 @@ class McqaProbe(Probe):
             ]
         if cfg.nonsense_per_language:
             groups += [nonsense_items(lang, cfg.nonsense_per_language, cfg.seed) for lang in self.languages]
-        out = []
         for items in groups:
             shots, rest = tuple(items[: cfg.shots]), items[cfg.shots :]
             out += [(item, shots) for item in (rest[:TRIAL_ITEMS] if cfg.trial else rest)]

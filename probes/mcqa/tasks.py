@@ -260,7 +260,7 @@ def _json_rows(text: str, where: str) -> list[Any]:
 
 
 @contextmanager
-def _no_progress_bars(local: bool) -> Iterator[None]:
+def no_progress_bars(local: bool) -> Iterator[None]:
     """No "Generating train split" bars for a local file (stderr stays for errors)."""
     import datasets
 
@@ -283,7 +283,7 @@ def _rows(src: TaskSource, files: list[str] | None, where: str, local: bool) -> 
     import datasets
 
     try:
-        with _no_progress_bars(local):
+        with no_progress_bars(local):
             ds = datasets.load_dataset(src.path, src.config, split=src.split, data_files=files)
     except StopIteration:  # the json builder's word for a file without rows
         raise BytecanaryError(f"{where}: no rows") from None

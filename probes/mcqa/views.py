@@ -16,6 +16,7 @@ from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.probes.mcqa import wrappers
 from bytecanary.probes.mcqa.encoding import encode_pair, letter_merged, letter_separate
+from bytecanary.probes.mcqa.lm_eval_tasks import LmEvalItem
 from bytecanary.probes.mcqa.prompts import dashed, labels, render, rotate
 from bytecanary.probes.mcqa.tasks import McqaItem
 
@@ -32,9 +33,13 @@ class View:
 
 
 def cloze_encoding(tokenizer: Any, item: McqaItem) -> tuple[list[int], list[list[int]]]:
-    """Each option's full text after the question (or continuing the context), encoded as
-    lm-evaluation-harness does; the prompt is what every option's encoding shares."""
-    context = item.question if item.continuation else f"Question: {item.question}\nAnswer:"
+    """Each option's full text after the question (or continuing the context; an lm-eval
+    task's: its whole few-shot context), encoded as lm-evaluation-harness does; the prompt
+    is what every option's encoding shares."""
+    if isinstance(item, LmEvalItem):
+        context = item.context
+    else:
+        context = item.question if item.continuation else f"Question: {item.question}\nAnswer:"
     delimiter = item.delimiter if item.continuation else " "
     pairs = [encode_pair(tokenizer, context, f"{delimiter}{choice}") for choice in item.choices]
     wholes = [ctx + cont for ctx, cont in pairs]

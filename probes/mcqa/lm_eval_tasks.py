@@ -1,0 +1,344 @@
+"""MCQA items from lm-evaluation-harness tasks: any ``output_type: multiple_choice`` task of
+its registry or of the user's own YAMLs (``include_path``), read through lm-eval itself.
+
+lm-eval's ``TaskManager`` builds each task from its YAML, and the task object gives every
+document's prompt (``doc_to_text``), choices, gold and few-shot context: its template
+language is never re-implemented here. lm-eval's prompts end where the answer begins, so
+an item is a continuation item: cloze scores ``target_delimiter + choice`` after lm-eval's
+whole context (description, the few-shot documents its sampler draws with lm-eval's
+default seed, the document's text), which makes cloze ``acc``/``acc_norm`` those of
+``lm_eval --tasks <task>`` item for item. The letter protocols show the document's text
+with its choices labelled A, B, C, ... after the same few-shot documents, answered; the
+probe's ``shots`` does not apply (the task's ``num_fewshot`` does).
+
+A task's language is its YAML's ``metadata: {language: ...}``, else a ``dataset_name``
+that is a language code bytecanary knows (xcopa_zh's ``zh``), else the ``language`` given
+with it. A name is looked up in ``include_path`` first (lm-eval's own precedence), so a
+task there costs no scan of lm-eval's registry (about 14k entries, seconds).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import glob
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bytecanary import versions
+from bytecanary.data.languages import LANGUAGES
+from bytecanary.errors import BytecanaryError
+from bytecanary.probes.mcqa.tasks import McqaItem, TaskSource, no_progress_bars
+
+PIN = "==0.4.13"  # the extra's pin: the task and sampler behaviour relied on below
+INSTALL = "pip install -e '.[lm-eval]'"
+FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed, so its few-shot draws are ours
+
+
+@dataclass(frozen=True)
+class LmEvalItem(McqaItem):
+    """An item of an lm-eval task. ``context`` is what cloze scores after (lm-eval's
+    few-shot context and the document's text); ``doc_id`` and ``task_version`` join the
+    per-item records with lm-eval's ``--log_samples`` lines."""
+
+    context: str = ""
+    doc_id: int = 0
+    task_version: str | int | float | None = None
+
+
+def require_lm_eval(where: str) -> None:
+    """One line with the install command where lm-eval is missing or not the pinned release."""
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        raise BytecanaryError(
+            f"{where}: lm-eval tasks need lm-evaluation-harness (lm-eval{PIN}): {INSTALL}"
+        ) from None
+    versions.require("lm_eval", PIN, "the mcqa probe's lm-eval tasks")
+
+
+@dataclass
+class LmEvalSource:
+    """One entry ``{name: ..., source: lm_eval}`` of the mcqa probe's ``tasks``."""
+
+    name: str
+    """An lm-eval task (or group, or tag: each of its tasks) name."""
+    include_path: str | None = None
+    """A folder of the user's own task YAMLs, searched before lm-eval's registry."""
+    language: str | None = None
+    """The items' language where the task names none."""
+    limit: int | None = None
+    """The first this many documents of each task (None: all, as lm-eval)."""
+
+    def __post_init__(self) -> None:
+        where = f"lm-eval task {self.name!r}"
+        if self.language is not None and self.language not in LANGUAGES:
+            known = ", ".join(LANGUAGES)
+            raise BytecanaryError(f"{where}: language: unknown language {self.language!r} (known: {known})")
+        if self.limit is not None and (
+            isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1
+        ):
+            raise BytecanaryError(f"{where}: limit: expected a number of documents >= 1, got {self.limit!r}")
+        if self.include_path is not None and not Path(self.include_path).is_dir():
+            raise BytecanaryError(f"{where}: include_path: {self.include_path}: no such folder")
+        require_lm_eval(where)
+
+    def items(self, limit: int | None = None) -> list[tuple[LmEvalItem, tuple[McqaItem, ...]]]:
+        """(item, the few-shot documents its context holds) of every document of every task
+        (the first ``limit`` of each, at most ``self.limit``)."""
+        limits = [n for n in (limit, self.limit) if n is not None]
+        n = min(limits) if limits else None
+        return [pair for task in _build(self).values() for pair in _task_items(task, self.language, n)]
+
+    def files(self) -> list[Path]:
+        """What the items depend on: each task's YAML, the YAMLs it includes, the modules its
+        ``!function``s name, and its local ``data_files``."""
+        out: list[Path] = []
+        for task in _build(self).values():
+            source = (task.config.metadata or {}).get("config_source", "")
+            if source and Path(source).is_file():
+                out += _yaml_files(Path(source), set())
+            out += _data_files((task.config.dataset_kwargs or {}).get("data_files"))
+        return list(dict.fromkeys(out))
+
+
+def task_source(spec: Mapping[str, Any]) -> TaskSource | LmEvalSource:
+    """A ``tasks:`` entry as its source: ``source: lm_eval`` an lm-eval task, else (``source:
+    datasets``, the default) a benchmark through ``datasets`` with a schema."""
+    spec = dict(spec)
+    kind = spec.pop("source", "datasets")
+    if kind == "datasets":
+        return TaskSource(**spec)
+    if kind != "lm_eval":
+        raise BytecanaryError(
+            f"task {spec.get('name')!r}: source: unknown source {kind!r} (known: datasets, lm_eval)"
+        )
+    accepted = [f.name for f in fields(LmEvalSource)]
+    unknown = [key for key in spec if key not in accepted]
+    if unknown or "name" not in spec:
+        problem = f"unknown parameter {unknown[0]!r}" if unknown else "no name"
+        raise BytecanaryError(
+            f"task {spec.get('name')!r} (lm_eval): {problem}; lm-eval tasks take {', '.join(accepted)}"
+        )
+    return LmEvalSource(**spec)
+
+
+@functools.lru_cache(maxsize=8)
+def _manager(include_path: str | None) -> Any:
+    """lm-eval's task index of ``include_path`` alone, or of its own registry (None); built
+    once per process (the registry's takes seconds)."""
+    from lm_eval.tasks import TaskManager
+
+    if include_path is None:
+        return TaskManager()
+    return TaskManager(include_path=str(Path(include_path).resolve()), include_defaults=False)
+
+
+def _find(src: LmEvalSource) -> tuple[Any, Any]:
+    """(the task manager that knows ``src.name``, its index entry); an unknown name is one
+    line naming it and the nearest known name."""
+    paths = ([src.include_path] if src.include_path else []) + [None]
+    for path in paths:
+        manager = _manager(path)
+        if src.name in manager.task_index:
+            return manager, manager.task_index[src.name]
+    known = [name for path in paths for name in _manager(path).all_tasks]
+    near = difflib.get_close_matches(src.name, known, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    where = f"{src.include_path} or " if src.include_path else ""
+    raise BytecanaryError(f"lm-eval task {src.name!r}: not found in {where}lm-eval's registry{hint}")
+
+
+def _check_type(name: str, output_type: Any) -> None:
+    if output_type != "multiple_choice":
+        raise BytecanaryError(
+            f"lm-eval task {name!r}: output_type {output_type}; the mcqa probe scores multiple_choice only"
+        )
+
+
+def _build(src: LmEvalSource) -> dict[str, Any]:
+    """The task objects ``src`` names (a group or tag: each of its tasks), checked to be
+    multiple-choice tasks the probe can score; a task's type is checked before its data loads."""
+    from lm_eval.api.task import ConfigurableTask
+    from lm_eval.tasks._index import Kind
+
+    manager, entry = _find(src)
+    if entry.kind is Kind.TASK:
+        _check_type(src.name, (entry.cfg or {}).get("output_type", "generate_until"))
+    try:
+        with no_progress_bars(True):
+            tasks = manager.load([src.name])["tasks"]
+    except Exception as err:  # YAML, template, dataset: all mean "this task won't load"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise BytecanaryError(
+            f"lm-eval task {src.name!r}: cannot load: {type(err).__name__}: {first}"
+        ) from None
+    for name, task in tasks.items():
+        if not isinstance(task, ConfigurableTask):
+            raise BytecanaryError(
+                f"lm-eval task {name!r}: a Python task class ({type(task).__name__}), not a YAML task"
+            )
+        _check_type(name, task.config.output_type)
+        if task.multiple_input:
+            raise BytecanaryError(
+                f"lm-eval task {name!r}: its choices are contexts (doc_to_text gives a choice index, as "
+                "in Winogrande); the mcqa probe scores choices after one shared prompt"
+            )
+    return tasks
+
+
+def _language(task: Any, given: str | None) -> str:
+    """The task's language: its metadata's, else its ``dataset_name`` when that is a known
+    language code, else ``given`` (the entry's, for the tasks that say none); one line where
+    none is known."""
+    name = task.task_name
+    said = (task.config.metadata or {}).get("language")
+    where = "metadata.language"
+    if said is None and task.config.dataset_name in LANGUAGES:
+        said, where = task.config.dataset_name, "dataset_name"
+    if said is None and given is None:
+        raise BytecanaryError(
+            f"lm-eval task {name!r}: no language (neither metadata.language nor a dataset_name of "
+            f"{', '.join(LANGUAGES)}): give one, {{name: {name}, source: lm_eval, language: ...}}"
+        )
+    if said is not None and said not in LANGUAGES:
+        raise BytecanaryError(
+            f"lm-eval task {name!r}: {where}: unknown language {said!r} (known: {', '.join(LANGUAGES)})"
+        )
+    return said if said is not None else given
+
+
+def _fields(task: Any, doc: Mapping[str, Any], fewshot: Any, where: str) -> dict[str, Any]:
+    """A document's question, choices and gold index as lm-eval reads them (``fewshot``: the
+    task's few-shot formatting, for a few-shot document; None for an evaluated one)."""
+    text, choice, target = (
+        (fewshot.doc_to_text, fewshot.doc_to_choice, fewshot.doc_to_target) if fewshot else (None, None, None)
+    )
+    question, choices, gold = (
+        task.doc_to_text(doc, text),
+        task.doc_to_choice(doc, choice),
+        task.doc_to_target(doc, target),
+    )
+    if not isinstance(question, str) or not question:
+        raise BytecanaryError(f"{where}: doc_to_text gives {question!r}, not a prompt")
+    if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
+        raise BytecanaryError(f"{where}: doc_to_choice gives {choices!r}, not a list of two or more texts")
+    if isinstance(gold, list):
+        raise BytecanaryError(
+            f"{where}: doc_to_target gives several golds {gold!r}; the mcqa probe needs one"
+        )
+    answer = choices.index(gold) if isinstance(gold, str) and gold in choices else gold
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(choices):
+        raise BytecanaryError(f"{where}: doc_to_target gives {gold!r}, not one of its {len(choices)} choices")
+    return {"question": question, "choices": tuple(choices), "answer": answer}
+
+
+def _recorded_draws(task: Any) -> list[dict[str, Any]]:
+    """The few-shot documents the task's own sampler drew for the latest context: the
+    letter prompts show the examples that cloze's context holds."""
+    drawn: list[dict[str, Any]] = []
+    sampler = getattr(task, "sampler", None)
+    if sampler is not None:
+        sample = sampler.sample
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            docs = sample(*args, **kwargs)
+            drawn[:] = docs
+            return docs
+
+        sampler.sample = recording
+    return drawn
+
+
+def _task_items(
+    task: Any, given_language: str | None, limit: int | None
+) -> list[tuple[LmEvalItem, tuple[McqaItem, ...]]]:
+    """(item, its few-shot documents) of the task's first ``limit`` documents, each context
+    built by lm-eval in document order after seeding its sampler as ``simple_evaluate`` does."""
+    name, language = task.task_name, _language(task, given_language)
+    shots = task.config.num_fewshot or 0
+    common = {
+        "task": name,
+        "language": language,
+        "continuation": True,
+        "delimiter": task.config.target_delimiter,
+    }
+    task.set_fewshot_seed(seed=FEWSHOT_SEED)
+    drawn = _recorded_draws(task)
+    out = []
+    for doc_id, doc in task.doc_iterator(limit=limit):
+        drawn.clear()
+        context = task.fewshot_context(doc=doc, num_fewshot=shots, gen_prefix=task.doc_to_prefix(doc))
+        where = f"lm-eval task {name!r} doc {doc_id}"
+        item = LmEvalItem(
+            **common,
+            **_fields(task, doc, None, where),
+            item_id=str(doc_id),
+            context=context,
+            doc_id=doc_id,
+            task_version=task.VERSION,
+        )
+        examples = tuple(
+            McqaItem(**common, **_fields(task, d, task.fewshot_cfg, f"{where}, a few-shot document"))
+            for d in drawn
+        )
+        out.append((item, examples))
+    if not out:
+        raise BytecanaryError(f"lm-eval task {name!r}: no documents")
+    return out
+
+
+class _FunctionRef(str):
+    """A ``!function module.name`` reference in a task YAML."""
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """Reads a task YAML's structure only: ``!function`` references stay text."""
+
+
+_YamlLoader.add_constructor("!function", lambda loader, node: _FunctionRef(loader.construct_scalar(node)))
+
+
+def _values(tree: Any) -> Iterator[Any]:
+    """Every leaf value of a YAML tree."""
+    if isinstance(tree, Mapping):
+        for value in tree.values():
+            yield from _values(value)
+    elif isinstance(tree, list):
+        for value in tree:
+            yield from _values(value)
+    else:
+        yield tree
+
+
+def _yaml_files(path: Path, seen: set[Path]) -> list[Path]:
+    """A task YAML, the YAMLs it includes and the local modules its ``!function``s name."""
+    path = path.resolve()
+    if path in seen:
+        return []
+    seen.add(path)
+    cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=_YamlLoader)  # a SafeLoader
+    out = [path]
+    for value in _values(cfg):
+        if isinstance(value, _FunctionRef):
+            module = path.parent / f"{value.rpartition('.')[0].replace('.', '/')}.py"
+            out += [module] if module.is_file() else []
+    includes = cfg.get("include", []) if isinstance(cfg, dict) else []
+    for include in includes if isinstance(includes, list) else [includes]:
+        out += _yaml_files(path.parent / include, seen)
+    return out
+
+
+def _data_files(spec: Any) -> list[Path]:
+    """The local files a ``data_files`` value (a path or pattern, a list, a split mapping) names."""
+    if isinstance(spec, Mapping):
+        return [f for value in spec.values() for f in _data_files(value)]
+    if isinstance(spec, list):
+        return [f for value in spec for f in _data_files(value)]
+    if isinstance(spec, str):
+        return [Path(f).resolve() for f in sorted(glob.glob(spec, recursive=True)) if Path(f).is_file()]
+    return []

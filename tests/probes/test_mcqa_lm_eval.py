@@ -1,0 +1,317 @@
+"""MCQA on lm-evaluation-harness tasks: a local two-language task (Jinja prompt, list choices,
+index gold, 2-shot, json data files) scored by the mcqa probe and by lm-eval 0.4.13 on the
+same tiny model; the letter strategies and McNemar on it; the one-line errors."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from tokenizers import Tokenizer
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+from bytecanary import stats
+from bytecanary.errors import BytecanaryError
+from bytecanary.probes.common import get_probe
+from bytecanary.probes.mcqa.lm_eval_tasks import task_source
+from bytecanary.probes.registry import NO_CONTEXT
+
+LETTERS = ("letter_separate", "letter_merged")
+REASON = "lm-eval is an optional extra: pip install -e '.[lm-eval]' (make test installs it)"
+
+TEMPLATE = {
+    "output_type": "multiple_choice",
+    "dataset_path": "json",
+    "training_split": "train",
+    "test_split": "test",
+    "fewshot_split": "train",
+    "doc_to_text": "{{premise}}\n问：{{question}}\n答：",
+    "doc_to_choice": "{{choices}}",
+    "doc_to_target": "label",
+    "num_fewshot": 2,
+    "metric_list": [
+        {"metric": "acc", "aggregation": "mean", "higher_is_better": True},
+        {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True},
+    ],
+}
+ZH = [  # options of one to four characters, so acc_norm (per character) can differ from acc
+    ("北京很大", "哪里大", ["北京", "上海市", "广州"], 0),
+    ("天很蓝", "什么蓝", ["天", "大海", "高山"], 0),
+    ("猫在睡觉", "谁在睡", ["小狗", "猫", "一只鸟"], 1),
+    ("水很冷", "什么冷", ["火", "大风", "冷水"], 2),
+    ("书在桌上", "什么在桌上", ["书", "一支笔", "纸"], 0),
+    ("他喝茶", "他喝什么", ["红酒", "茶", "开水"], 1),
+    ("花是红的", "什么是红的", ["树叶", "青草", "花"], 2),
+    ("雨下了", "什么下了", ["雨", "大雪", "浓雾"], 0),
+    ("鱼在游", "谁在游", ["小鸟", "鱼", "一匹马"], 1),
+]
+JA = [
+    ("東京は大きい", "大きいか", 0),
+    ("空は青い", "赤いか", 1),
+    ("猫が寝る", "寝るか", 0),
+    ("水は冷たい", "熱いか", 1),
+    ("本がある", "あるか", 0),
+    ("茶を飲む", "飲むか", 2),
+    ("花が赤い", "青いか", 1),
+    ("雨が降る", "降るか", 0),
+    ("魚が泳ぐ", "飛ぶか", 1),
+]
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+def _write_tasks(root):
+    """Two tasks sharing a template (``include``): ``mc_zh`` says its language in its metadata,
+    ``mc_ja`` does not (given in the probe entry) and has fixed choices and an empty delimiter.
+    Each has 3 few-shot (train) and 6 test documents."""
+    (root / "_template_yaml").write_text(yaml.safe_dump(TEMPLATE, allow_unicode=True), encoding="utf-8")
+    zh = [{"premise": p, "question": q, "choices": c, "label": a} for p, q, c, a in ZH]
+    ja = [{"premise": p, "question": q, "label": a} for p, q, a in JA]
+    for lang, rows, extra in (
+        ("zh", zh, {"metadata": {"version": 2.0, "language": "zh"}}),
+        ("ja", ja, {"metadata": {"version": 1.0}, "doc_to_choice": ["はい", "いいえ", "たぶん"],
+                    "target_delimiter": "", "doc_to_text": "{{premise}}。{{question}}："}),
+    ):  # fmt: skip
+        files = {"train": _jsonl(root / f"{lang}_train.jsonl", rows[:3]),
+                 "test": _jsonl(root / f"{lang}_test.jsonl", rows[3:])}  # fmt: skip
+        task = {"include": "_template_yaml", "task": f"mc_{lang}", "dataset_kwargs": {"data_files": files}}
+        (root / f"mc_{lang}.yaml").write_text(yaml.safe_dump({**task, **extra}, allow_unicode=True), "utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def lm_eval_tasks(tmp_path_factory):
+    return _write_tasks(tmp_path_factory.mktemp("lm_eval_tasks"))
+
+
+@pytest.fixture(scope="module")
+def letter_tokenizer(byte_fallback_tokenizer):
+    """The test tokenizer with ``A``..``C`` and ``▁A``..``▁C`` in its vocabulary, as real
+    vocabularies have them: merged letters are then tokens of their own. (Without them both
+    strategies score ``▁`` + the letter's byte, and rank options alike on any model.)"""
+    spec = json.loads(byte_fallback_tokenizer.backend_tokenizer.to_str())
+    vocab, merges = spec["model"]["vocab"], spec["model"]["merges"]
+    for letter in "ABC":
+        vocab[letter], vocab[f"▁{letter}"] = len(vocab), len(vocab) + 1
+        merges.append(["▁", letter])
+    specials = {
+        k: getattr(byte_fallback_tokenizer, k) for k in ("unk_token", "bos_token", "eos_token", "pad_token")
+    }
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), **specials)
+
+
+@pytest.fixture(scope="module")
+def letter_model(letter_tokenizer):
+    """A tiny random GPT-2 over that vocabulary, context long enough for the 2-shot prompts."""
+    cfg = GPT2Config(vocab_size=len(letter_tokenizer), n_positions=512, n_embd=32, n_layer=2, n_head=2,
+                     initializer_range=0.5)  # fmt: skip
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """Nothing may reach a hub: lm-eval and datasets read local files only."""
+    pytest.importorskip("lm_eval", reason=REASON)
+    import datasets
+    import huggingface_hub
+
+    for name in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.setenv(name, "1")
+    for module in (datasets.config, huggingface_hub.constants):  # both read the variables at import
+        monkeypatch.setattr(module, "HF_HUB_OFFLINE", True)
+
+
+def _tasks(root):
+    return [
+        {"name": "mc_zh", "source": "lm_eval", "include_path": str(root)},
+        {"name": "mc_ja", "source": "lm_eval", "include_path": str(root), "language": "ja"},
+    ]
+
+
+def _probe(root, **params):
+    return get_probe("mcqa", tasks=_tasks(root), embedded_per_language=0, nonsense_per_language=0, **params)
+
+
+def _lm_eval_samples(model, tokenizer, root):
+    """lm-eval 0.4.13's own run on the same model: its logged samples per task, by doc_id."""
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=8, device="cpu")
+    manager = TaskManager(include_path=str(root), include_defaults=False)
+    out = simple_evaluate(model=lm, tasks=["mc_zh", "mc_ja"], task_manager=manager, log_samples=True,
+                          bootstrap_iters=0)  # fmt: skip
+    return {task: {s["doc_id"]: s for s in samples} for task, samples in out["samples"].items()}, out
+
+
+def test_cloze_equals_lm_eval_item_for_item(offline, lm_eval_tasks, letter_model, letter_tokenizer, tmp_path):
+    records = tmp_path / "items.jsonl"
+    probe = _probe(
+        lm_eval_tasks, protocols=["letter_separate", "letter_merged", "cloze"], records=str(records)
+    )
+    views = probe.prepare(letter_tokenizer, None)
+    got = probe.aggregate(views, [probe.compute(letter_model, letter_tokenizer, views)], NO_CONTEXT)
+    theirs, results = _lm_eval_samples(letter_model, letter_tokenizer, lm_eval_tasks)
+    rows = [json.loads(line) for line in records.read_text(encoding="utf-8").splitlines()]
+    cloze = [r for r in rows if r["protocol"] == "cloze"]
+    assert {(r["task"], r["doc_id"]) for r in cloze} == {(t, d) for t in theirs for d in theirs[t]}
+    assert len(cloze) == 12
+    contexts = {(v.item.task, v.item.doc_id): v.item.context for v in views}
+    for r in cloze:
+        sample = theirs[r["task"]][r["doc_id"]]
+        assert r["source"] == "lm_eval" and r["item_id"] == str(r["doc_id"])
+        assert r["task_version"] == results["versions"][r["task"]]
+        # the same prompt, few-shot examples included, and the same continuations
+        assert {ctx for ctx, _ in sample["arguments"]} == {contexts[r["task"], r["doc_id"]]}
+        assert r["answer"] == sample["target"]
+        their_ll = [float(resp[0]) for resp in sample["filtered_resps"]]
+        np.testing.assert_allclose(r["ll"], their_ll, atol=1e-4, rtol=0)
+        by_chars = np.array(r["ll"]) / [len(c) for c in r["choices"]]
+        assert float(np.argmax(r["ll"]) == r["answer"]) == sample["acc"]
+        assert float(np.argmax(by_chars) == r["answer"]) == sample["acc_norm"]
+    assert any(s["acc"] != s["acc_norm"] for docs in theirs.values() for s in docs.values())
+    for task in ("mc_zh", "mc_ja"):
+        for metric in ("acc", "acc_norm"):
+            assert got[f"probe/mcqa/{task}/cloze/{metric}"] == pytest.approx(
+                results["results"][task][f"{metric},none"]
+            )
+    assert any("\n\n" in c for c in contexts.values())  # the two few-shot examples are in the prompts
+
+    # the two letter strategies on the same items, McNemar between them as the records say
+    for task in ("mc_zh", "mc_ja"):
+        mine = [r for r in rows if r["task"] == task]
+        correct = {
+            p: [np.argmax(r["ll"]) == r["answer"] for r in mine if r["protocol"] == p] for p in LETTERS
+        }
+        p = got[f"probe/mcqa/{task}/mcnemar_p"]
+        assert 0.0 <= p <= 1.0
+        assert p == pytest.approx(_mcnemar(correct["letter_separate"], correct["letter_merged"]))
+        assert p == pytest.approx(stats.mcnemar_exact(correct["letter_separate"], correct["letter_merged"]))
+        for strategy in ("letter_separate", "letter_merged"):
+            assert 0.0 <= got[f"probe/mcqa/{task}/{strategy}/acc"] <= 1.0
+    separate = {r["doc_id"]: r["continuation_ids"] for r in rows if r["protocol"] == "letter_separate"}
+    merged = {r["doc_id"]: r["continuation_ids"] for r in rows if r["protocol"] == "letter_merged"}
+    assert all(separate[d] != merged[d] for d in separate)  # the strategies score different ids
+
+
+def _mcnemar(a, b):
+    """Exact McNemar, straight from its definition: two-sided binomial(b + c, 1/2)."""
+    from scipy.stats import binomtest
+
+    b_only = sum(x and not y for x, y in zip(a, b, strict=True))
+    c_only = sum(y and not x for x, y in zip(a, b, strict=True))
+    return 1.0 if b_only + c_only == 0 else binomtest(b_only, b_only + c_only, 0.5).pvalue
+
+
+def test_letter_prompts_show_lm_evals_few_shot_documents(offline, lm_eval_tasks, byte_fallback_tokenizer):
+    pairs = [pair for entry in _tasks(lm_eval_tasks) for pair in task_source(entry).items()]
+    assert [len(shots) for _, shots in pairs] == [2] * 12
+    for item, shots in pairs:
+        for shot in shots:  # each few-shot document's text and answer is in the cloze context
+            assert f"{shot.question}{item.delimiter}{shot.choices[shot.answer]}" in item.context
+        assert item.context.endswith(item.question)
+    ja = [item for item, _ in pairs if item.task == "mc_ja"]
+    assert {i.language for i in ja} == {"ja"} and {i.delimiter for i in ja} == {""}
+    assert ja[0].choices == ("はい", "いいえ", "たぶん")
+    # the letter prompt: both few-shot documents answered with their letter, then the question
+    view = _probe(lm_eval_tasks, protocols=["letter_merged"]).prepare(byte_fallback_tokenizer, None)[0]
+    prompt = byte_fallback_tokenizer.decode(view.encodings["letter_merged"][0])
+    item, shots = next((i, s) for i, s in pairs if i == view.item)
+    blocks = prompt.split("\n\n")
+    assert len(blocks) == 3 and blocks[-1].startswith(f"Question: {item.question}\nA. {item.choices[0]}\n")
+    for block, shot in zip(blocks, shots, strict=False):
+        assert block.startswith(f"Question: {shot.question}\n") and block.endswith(
+            f"Answer: {'ABC'[shot.answer]}"
+        )
+
+
+def test_the_fingerprint_follows_the_task_files(offline, tmp_path):
+    root = _write_tasks(tmp_path)
+    files = {f.name for f in _probe(root).eval_files(None)}
+    assert {"mc_zh.yaml", "mc_ja.yaml", "_template_yaml", "zh_test.jsonl", "ja_train.jsonl"} <= files
+    before = _probe(root).fingerprint(None)
+    template = root / "_template_yaml"
+    template.write_text(template.read_text(encoding="utf-8").replace("答：", "答案："), encoding="utf-8")
+    after_yaml = _probe(root).fingerprint(None)
+    data = root / "zh_test.jsonl"
+    data.write_text(data.read_text(encoding="utf-8").replace("水很冷", "水很热"), encoding="utf-8")
+    assert len({before, after_yaml, _probe(root).fingerprint(None)}) == 3
+
+
+def _one_line(excinfo) -> str:
+    message = str(excinfo.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_task_that_is_not_multiple_choice_is_one_line(offline, tmp_path):
+    task = {"task": "gen_zh", "output_type": "generate_until", "dataset_path": "json",
+            "dataset_kwargs": {"data_files": {"test": "nowhere.jsonl"}}, "test_split": "test",
+            "doc_to_text": "{{q}}", "doc_to_target": "{{a}}"}  # fmt: skip
+    (tmp_path / "gen.yaml").write_text(yaml.safe_dump(task), encoding="utf-8")
+    entry = {"name": "gen_zh", "source": "lm_eval", "include_path": str(tmp_path), "language": "zh"}
+    probe = get_probe("mcqa", tasks=[entry], embedded_per_language=0, nonsense_per_language=0)
+    with pytest.raises(BytecanaryError) as excinfo:
+        probe.validate(None)
+    assert "'gen_zh'" in _one_line(excinfo) and "output_type generate_until" in str(excinfo.value)
+
+
+def test_a_task_without_a_language_is_one_line(offline, lm_eval_tasks):
+    tasks = [{"name": "mc_ja", "source": "lm_eval", "include_path": str(lm_eval_tasks)}]
+    probe = get_probe("mcqa", tasks=tasks, embedded_per_language=0, nonsense_per_language=0)
+    with pytest.raises(BytecanaryError, match="'mc_ja': no language") as excinfo:
+        probe.validate(None)
+    _one_line(excinfo)
+
+
+def test_a_group_gives_its_language_to_the_tasks_that_say_none(offline, tmp_path):
+    root = _write_tasks(tmp_path)
+    group = {"group": "mc_both", "task": ["mc_zh", "mc_ja"]}
+    (root / "mc_both.yaml").write_text(yaml.safe_dump(group), encoding="utf-8")
+    entry = {"name": "mc_both", "source": "lm_eval", "include_path": str(root), "language": "ja"}
+    languages = {(item.task, item.language) for item, _ in task_source(entry).items()}
+    assert languages == {("mc_zh", "zh"), ("mc_ja", "ja")}  # mc_zh's metadata says zh
+
+
+def test_an_unknown_task_is_one_line(offline):
+    probe = get_probe("mcqa", tasks=[{"name": "xcopa_zz", "source": "lm_eval", "language": "zh"}],
+                      embedded_per_language=0, nonsense_per_language=0)  # fmt: skip
+    with pytest.raises(BytecanaryError) as excinfo:
+        probe.validate(None)
+    assert "'xcopa_zz': not found" in _one_line(excinfo) and "did you mean 'xcopa_" in str(excinfo.value)
+
+
+def test_without_the_extra_one_line_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # as if lm-eval were not installed
+    with pytest.raises(BytecanaryError) as excinfo:
+        get_probe("mcqa", tasks=[{"name": "xcopa_zh", "source": "lm_eval"}])
+    assert "pip install -e '.[lm-eval]'" in _one_line(excinfo)
+
+
+def test_an_unknown_source_or_parameter_is_one_line():
+    with pytest.raises(BytecanaryError, match="source: unknown source 'lm-eval'"):
+        get_probe("mcqa", tasks=[{"name": "x", "source": "lm-eval"}])
+    pytest.importorskip("lm_eval", reason=REASON)
+    with pytest.raises(BytecanaryError, match="unknown parameter 'schema'"):
+        get_probe("mcqa", tasks=[{"name": "x", "source": "lm_eval", "schema": "mmlu"}])
+
+
+def test_the_pin_is_the_extras_and_the_benchmarks():
+    import tomllib
+    from pathlib import Path
+
+    from bytecanary.probes.mcqa.lm_eval_tasks import PIN
+
+    root = Path(__file__).resolve().parents[2]
+    extras = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert extras["optional-dependencies"]["lm-eval"] == [f"lm-eval[hf]{PIN}"]
+    assert f"lm-eval[hf]{PIN}" in (root / "benchmarks" / "requirements-lmeval.txt").read_text(
+        encoding="utf-8"
+    )
