@@ -77,6 +77,12 @@ METRICS: dict[str, Metric] = {
         _m("cumulative", True, "mean", "V_partial averaged over the steps"),
         _m("ema", True, "mean", "exponential moving average of V_partial over the steps"),
         _m("partial@t", True, "mean", "V_partial after t generated tokens (partial@t1..)"),
+        # expected validity from the model's distribution along the greedy path (smooth in the weights)
+        _m("p_valid", True, "mean", "mass on tokens that keep the stream valid UTF-8, mean over steps"),
+        _m("p_valid_se", None, "mean", "standard error of p_valid over the samples"),
+        _m("p_valid@t", True, "mean", "mass on tokens that keep the stream valid at step t (p_valid@t1..)"),
+        _m("p_complete", True, "mean", "mass on tokens completing the prompt's pending character, step 1"),
+        _m("p_complete@t", True, "mean", "mass on tokens completing the pending character at step t"),
         _m("gold_win_rate", True, "rate", "share of samples where the gold remainder beats the output"),
         _m("delta_ll_mean", True, "mean", "mean of LL(gold remainder) - LL(generated)"),
         _m("delta_ll_median", True, "mean", "median of LL(gold remainder) - LL(generated)"),
@@ -131,8 +137,9 @@ _SUFFIXES = ("_lo", "_hi", "_normalised", "_matched")  # CI bounds and variants 
 def metric(key: str) -> Metric | None:
     """The metric a key ends with (``probe/level0/all/all/partial@t3`` -> ``partial@t``)."""
     name = key.rsplit("/", 1)[-1]
-    if name.startswith("partial@t"):
-        return METRICS["partial@t"]
+    for stepped in ("partial@t", "p_valid@t", "p_complete@t"):
+        if name.startswith(stepped):
+            return METRICS[stepped]
     if name.startswith("rule_"):
         return METRICS["rule"]
     if name not in METRICS and key.startswith("perf/probe_seconds/"):

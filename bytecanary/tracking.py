@@ -28,7 +28,7 @@ Detail = Literal["tables", "scalars"]
 # in probes.jsonl); a workspace of thousands of auto-panels hides the few curves that carry the
 # papers' findings.
 
-HEADLINE_LEVEL0 = ("partial", "strict", "gold_win_rate")  # all and per language; partial per tier
+HEADLINE_LEVEL0 = ("partial", "strict", "gold_win_rate", "p_valid")  # all and per language; partial per tier
 HEADLINE_MCQA_TASK = ("fsi", "fsi_lo", "fsi_hi", "psi", "psi_lo", "psi_hi")  # over tasks (``all``)
 HEADLINE_LIMIT = 150  # scalar keys per run, at most (the axes and ``perf/*`` included)
 
@@ -42,7 +42,9 @@ def is_headline(key: str) -> bool:
         return p[-1] in ("ppl", "loss")
     if p[:2] == ["probe", "level0"] and len(p) == 5:
         lang, tier, name = p[2], p[3], p[4]
-        return (tier == "all" and name in HEADLINE_LEVEL0) or (lang != "all" and name == "partial")
+        return (tier == "all" and name in HEADLINE_LEVEL0) or (
+            lang != "all" and name in ("partial", "p_valid")
+        )
     if p[:2] == ["probe", "level1"] and len(p) == 4:
         return p[3] == "term_match"
     if p[:2] == ["probe", "mcqa"]:

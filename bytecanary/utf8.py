@@ -85,6 +85,22 @@ def _build_tables() -> tuple[np.ndarray, np.ndarray]:
 
 
 _NEXT, _DONE = _build_tables()
+
+
+def _build_breaks() -> np.ndarray:
+    """Flat (state * 257 + byte) table: True where the byte breaks UTF-8, because it cannot
+    continue the pending character or cannot start one."""
+    breaks = np.zeros((N_STATES, 257), dtype=bool)
+    for s, (_name, _seen, _need, lo, hi, _follow) in enumerate(_STATES):
+        for byte in range(256):
+            continues = lo is not None and lo <= byte <= hi
+            breaks[s, byte] = not continues and (lo is not None or _lead(byte)[0] == "invalid")
+    return breaks.ravel()
+
+
+_BREAKS = _build_breaks()
+PENDING = np.array([lo is not None for *_rest, lo, _hi, _follow in _STATES])
+"""Per state: a character is pending (bytes of it seen, more needed)."""
 _SEEN = np.array([s[1] for s in _STATES], dtype=np.float64)
 _NEED = np.array([max(s[2], 1) for s in _STATES], dtype=np.float64)
 _TAIL_CREDIT = _SEEN * _SEEN / _NEED  # p * b_i for the pending character of each state
@@ -182,6 +198,35 @@ def score(data: bytes) -> Score:
 
 
 @dataclass(frozen=True)
+class TokenClasses:
+    """Per DFA state and token: which tokens keep a stream valid and which complete its
+    pending character, so the model's probability mass on each is one product with its
+    distribution (arrays of shape (N_STATES, V))."""
+
+    valid: np.ndarray
+    """Reading the token from the state breaks nothing; a token without bytes (eos) ends
+    the stream, valid only where no character is pending."""
+    completes: np.ndarray
+    """From a state with a pending character: the token is valid and ends exactly on a
+    character boundary. False from the other states."""
+
+
+def token_classes(table: np.ndarray, lengths: np.ndarray) -> TokenClasses:
+    """``TokenClasses`` of a vocabulary given as its tokens' bytes, (V, L) padded with PAD
+    (``ByteCodec.table``), and their byte counts (V,)."""
+    state = np.repeat(np.arange(N_STATES, dtype=np.int64)[:, None], len(lengths), axis=1)
+    intact = np.ones(state.shape, dtype=bool)
+    for col in np.asarray(table, dtype=np.int64).T:  # one byte column of every token at once
+        idx = state * 257 + col[None, :]
+        intact &= ~_BREAKS[idx]
+        state = _NEXT[idx]
+    empty = np.asarray(lengths)[None, :] == 0
+    valid = np.where(empty, ~PENDING[:, None], intact)
+    completes = valid & ~empty & PENDING[:, None] & (state == BOUNDARY)
+    return TokenClasses(valid=valid, completes=completes)
+
+
+@dataclass(frozen=True)
 class StepScores:
     """Per-step scores of N generations, arrays of shape (N, T).
 
@@ -194,6 +239,8 @@ class StepScores:
     soft: np.ndarray
     cumulative: np.ndarray
     ema: np.ndarray
+    states: np.ndarray
+    """The DFA state before each step: where step t's token is read from."""
 
 
 def step_scores(
@@ -219,8 +266,9 @@ def step_scores(
         chunks = [pad_streams(col) for col in columns]
     scorer = StreamScorer(len(prompts))
     scorer.feed_bytes(prompts)
-    per_step = []
+    per_step, states = [], []
     for chunk, lengths in chunks:
+        states.append(scorer.state)
         scorer.feed(chunk, lengths)
         per_step.append(scorer.scores())
     n, t = len(prompts), len(per_step)
@@ -233,7 +281,10 @@ def step_scores(
     ema = np.empty_like(partial)
     for i in range(t):
         ema[:, i] = partial[:, 0] if i == 0 else alpha * partial[:, i] + (1 - alpha) * ema[:, i - 1]
-    return StepScores(partial=partial, strict=strict, soft=soft, cumulative=cumulative, ema=ema)
+    before = np.stack(states, axis=1) if t else np.zeros((n, 0), dtype=np.int32)
+    return StepScores(
+        partial=partial, strict=strict, soft=soft, cumulative=cumulative, ema=ema, states=before
+    )
 
 
 def term_match_batch(

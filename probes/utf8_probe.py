@@ -10,6 +10,14 @@ compares the teacher-forced log-likelihood of the gold remainder's byte tokens w
 of the generated tokens (section 3.2.3). Term Match asks for exactly the remainder and
 then a character boundary (section 3.2.2).
 
+Beyond the paper, the same pass measures expected validity along the greedy path: at each
+step, ``p_valid@t`` is the model's probability mass on tokens that keep the stream valid
+from the DFA's state there (a token completing or validly continuing the pending
+character), and ``p_complete@t`` the mass on tokens that complete the pending character
+exactly. A (state, token) table (``utf8.token_classes``) makes each one product with the
+step's distribution. Unlike a greedy pick, which flips the whole prompt set when a near tie
+turns, they are continuous in the weights, so their change between checkpoints is training.
+
 Prompts start with the document separator (eos by default, what training showed the
 model between documents), then the tokenizer's own leading-space token when it prepends
 one (SentencePiece's ``▁``, as in any encoded text), then the byte tokens. The paper's
@@ -21,9 +29,8 @@ separator (and, in Level 0, of the ``▁``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -47,6 +54,7 @@ from bytecanary.probes.common import (
 )
 from bytecanary.probes.engine import Decoding, Sampling, generate
 from bytecanary.probes.registry import Probe
+from bytecanary.probes.utf8_results import SampleResults, group_metrics, write_records
 from bytecanary.records import Context
 
 SPACE = "▁"
@@ -77,6 +85,9 @@ class Prepared:
     codec: ByteCodec
     eos_id: int | None
     pad_id: int
+    classes: np.ndarray
+    """(V, 2 x N_STATES) 0/1: per token, the DFA states it keeps valid, then those whose pending
+    character it completes (``utf8.token_classes``): ``generate``'s token classes."""
 
 
 @dataclass(frozen=True)
@@ -118,30 +129,6 @@ class Utf8Config(Utf8Prompts, GenerationSettings, Sizes, PerSample):
     def sampling(self) -> Sampling:
         """Greedy unless ``temperature`` > 0; ``seed`` seeds the draws."""
         return Sampling(self.temperature, self.top_k, self.top_p, self.seed)
-
-
-@dataclass(frozen=True)
-class SampleResults:
-    """Per-sample results, one row per sample (``index`` into the samples); T = max_new_tokens."""
-
-    index: np.ndarray  # (N,) the sample's position in ``Prepared.samples``
-    partial: np.ndarray  # (N, T) step scores after each generated token
-    strict: np.ndarray  # (N, T)
-    soft: np.ndarray  # (N, T)
-    cumulative: np.ndarray  # (N, T)
-    ema: np.ndarray  # (N, T)
-    gold_ll: np.ndarray  # (N,) teacher-forced log p of the gold remainder; nan without one
-    gen_ll: np.ndarray  # (N,) log p of the generated tokens
-    nll_sum: np.ndarray  # (N,) -log p of prompt tokens 2..n and the generated ones
-    nll_count: np.ndarray  # (N,) how many tokens that sum covers
-    pure: np.ndarray  # (N,) every generated token that adds bytes is a byte token
-    term_match: np.ndarray  # (N,) exactly the remainder, then a character boundary
-    tokens: np.ndarray  # (N, T) generated ids, padding after the end
-    lengths: np.ndarray  # (N,) generated tokens
-
-    def payload(self) -> dict[str, np.ndarray]:
-        """The arrays by name: what a rank sends (``merge_shards`` merges dicts)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def prefix_ids(tokenizer: Any, codec: ByteCodec, prefix: str) -> list[int]:
@@ -191,7 +178,9 @@ def prepared_for(tokenizer: Any, samples: list[Utf8Sample], codec: ByteCodec) ->
     samples = sorted(
         samples, key=lambda s: (len(s.prompt_ids) + len(s.gold_ids), s.prompt_ids + s.gold_ids, s.k)
     )
-    return Prepared(samples, codec, tokenizer.eos_token_id, pad_id(tokenizer))
+    table = utf8.token_classes(codec.table, codec.lengths)
+    classes = np.concatenate([table.valid, table.completes]).T.astype(np.float32)
+    return Prepared(samples, codec, tokenizer.eos_token_id, pad_id(tokenizer), classes)
 
 
 def fit_context(samples: list[Utf8Sample], model: Any, room: int, codec: ByteCodec) -> list[Utf8Sample]:
@@ -233,7 +222,7 @@ def decode_and_score(
     prompts = [list(s.prompt_ids) for s in samples]
     golds = [list(s.gold_ids) for s in samples]
     decoding = Decoding(config.max_new_tokens, prep.eos_id, prep.pad_id, config.batch_size, config.sampling)
-    gen = generate(model, prompts, decoding, golds)
+    gen = generate(model, prompts, decoding, golds, classes=_vocab_rows(prep.classes, model))
     codec = prep.codec
     steps = np.arange(gen.tokens.shape[1])
     live_NT = steps[None, :] < gen.lengths[:, None]  # generated before (and including) the end
@@ -242,6 +231,7 @@ def decode_and_score(
         chunk, lengths = codec.chunk(gen.tokens[:, t])
         chunks.append((chunk, np.where(live_NT[:, t], lengths, 0)))
     scores = utf8.step_scores([s.prompt_bytes for s in samples], chunks=chunks, alpha=config.alpha)
+    p_valid, p_complete = _expected_validity(gen.mass, scores.states, live_NT)
     gold_ll = gen.gold_logprob
     gen_ll = gen.logprobs.sum(axis=1)
     carries = live_NT & (codec.lengths[gen.tokens] > 0)  # generated tokens that add bytes
@@ -263,67 +253,34 @@ def decode_and_score(
         nll_count=(gen.prompt_scored + gen.lengths).astype(np.float64),
         pure=pure,
         term_match=term,
+        p_valid=p_valid,
+        p_complete=p_complete,
         tokens=gen.tokens,
         lengths=gen.lengths,
     )
 
 
-def group_metrics(r: SampleResults, mask: np.ndarray, term_match: bool) -> dict[str, float]:
-    """Aggregates of the samples in ``mask``: scores at the last step, per step, Delta_LL."""
-    if not mask.any():
-        return {}
-    last = {k: getattr(r, k)[mask, -1] for k in ("partial", "strict", "soft", "cumulative", "ema")}
-    out: dict[str, float] = {k: float(v.mean()) for k, v in last.items()}
-    for t in range(r.partial.shape[1]):
-        out[f"partial@t{t + 1}"] = float(r.partial[mask, t].mean())
-    delta = (r.gold_ll - r.gen_ll)[mask]
-    delta = delta[~np.isnan(delta)]
-    if len(delta):
-        out.update(
-            gold_win_rate=float((delta > 0).mean()),
-            delta_ll_mean=float(delta.mean()),
-            delta_ll_median=float(np.median(delta)),
-            delta_ll_std=float(delta.std()),
-        )
-    out["ppl"] = float(np.exp(r.nll_sum[mask].sum() / r.nll_count[mask].sum()))
-    pure = r.pure[mask]
-    out["pure_share"] = float(pure.mean())
-    if pure.any():
-        out["partial_pure"] = float(last["partial"][pure].mean())
-    if (~pure).any():
-        out["partial_mixed"] = float(last["partial"][~pure].mean())
-    if term_match:
-        has_remainder = ~np.isnan(r.gold_ll[mask])
-        out["term_match"] = float(r.term_match[mask][has_remainder].mean()) if has_remainder.any() else 0.0
-    out["n"] = float(mask.sum())
-    return out
+def _vocab_rows(classes: np.ndarray, model: Any) -> np.ndarray:
+    """``classes`` with a row per id of the model's output layer: ids beyond the tokenizer's
+    (a padded embedding) belong to no class."""
+    n_vocab = model.get_output_embeddings().weight.shape[0]
+    if n_vocab <= len(classes):
+        return classes[:n_vocab]
+    return np.concatenate([classes, np.zeros((n_vocab - len(classes), classes.shape[1]), classes.dtype)])
 
 
-def write_records(
-    path: str | Path,
-    probe: str,
-    samples: list[Utf8Sample],
-    r: SampleResults,
-    context: dict[str, Any],
-) -> None:
-    """One JSON line per sample: ``context`` (checkpoint, step, ...), the sample, what was
-    generated and its scores; (checkpoint, item_id, k) names a row."""
-    with open(path, "a", encoding="utf-8") as f:
-        for i, s in enumerate(samples):
-            n = int(r.lengths[i])
-            row = {**context, "probe": probe}
-            row.update({k: v for k, v in asdict(s).items() if k not in ("prompt_bytes", "remainder")})
-            row.update(
-                prompt_bytes=s.prompt_bytes.hex(),
-                remainder=s.remainder.hex(),
-                generated_ids=r.tokens[i, :n].tolist(),
-                partial=r.partial[i].tolist(),
-                strict=r.strict[i].tolist(),
-                delta_ll=None if np.isnan(r.gold_ll[i]) else float(r.gold_ll[i] - r.gen_ll[i]),
-                pure=bool(r.pure[i]),
-                term_match=bool(r.term_match[i]),
-            )
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+def _expected_validity(
+    mass: np.ndarray, states: np.ndarray, live: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(p_valid, p_complete), each (N, T): the masses of the classes of the DFA state each
+    step's token is read from; nan after a row's end, and p_complete nan where no character
+    is pending."""
+    n_states = mass.shape[2] // 2
+    rows = np.arange(len(states))[:, None]
+    steps = np.arange(states.shape[1])[None, :]
+    p_valid = np.where(live, mass[rows, steps, states], np.nan)
+    pending = live & utf8.PENDING[states]
+    return p_valid, np.where(pending, mass[rows, steps, n_states + states], np.nan)
 
 
 class Utf8Probe(Probe):

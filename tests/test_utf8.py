@@ -194,3 +194,77 @@ def test_term_match():
     assert not utf8.term_match(b"ctx " + prefix, b"\x9d\x81", rest)  # another valid character
     # the right bytes after a prefix that is not the character's prefix do not complete it
     assert not utf8.term_match(b"ctx \xf0\x80", rest, rest)
+
+
+def _pending(data: bytes) -> bytes:
+    """The pending character's bytes by CPython's incremental decoder (maximal subparts)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    decoder.decode(data, final=False)
+    return decoder.getstate()[0]
+
+
+def _strict_after(pending: bytes, token: bytes) -> tuple[bool, bool]:
+    """(valid, completes) of ``token`` after ``pending``, by CPython's strict decoder."""
+    if not token:
+        return pending == b"", False
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
+    try:
+        decoder.decode(pending + token, final=False)
+    except UnicodeDecodeError:
+        return False, False
+    tail = decoder.getstate()[0]
+    return _completable(tail), bool(pending) and tail == b""
+
+
+def _completable(tail: bytes) -> bool:
+    """Whether buffered bytes can still become a character. CPython's incremental decoder
+    buffers ED A0-BF (a surrogate's first two bytes) until the third byte arrives, so ask
+    whether some continuation bytes complete it (one of 80, 90, A0 suits any second byte;
+    80 any later one)."""
+    fills = [bytes([first]) + b"\x80" * k for first in (0x80, 0x90, 0xA0) for k in (0, 1, 2)]
+    return not tail or any(_decodes(tail + fill) for fill in fills)
+
+
+def _decodes(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prefix=st.binary(max_size=6),
+    tokens=st.lists(st.binary(max_size=5), min_size=1, max_size=12),
+)
+def test_token_classes_agree_with_cpythons_decoder(prefix, tokens):
+    """Every token's class from the stream's DFA state equals what CPython's strict decoder
+    says of the pending bytes followed by the token."""
+    table, lengths = utf8.pad_streams(tokens)
+    classes = utf8.token_classes(table, lengths)
+    scorer = utf8.StreamScorer(1)
+    scorer.feed_bytes([prefix])
+    state = int(scorer.state[0])
+    want = [_strict_after(_pending(prefix), t) for t in tokens]
+    assert classes.valid[state].tolist() == [v for v, _ in want]
+    assert classes.completes[state].tolist() == [c for _, c in want]
+    assert bool(utf8.PENDING[state]) == bool(_pending(prefix))
+
+
+def test_every_single_byte_from_every_state():
+    """All 256 one-byte tokens from each DFA state, against CPython (one prefix per state)."""
+    prefixes = [b"", b"\xc3", b"\xe0", b"\xe3", b"\xed", b"\xe3\x81", b"\xf0", b"\xf1", b"\xf4"]
+    prefixes += [b"\xf0\x9f", b"\xf0\x9f\x98", b"\xff"]
+    tokens = [bytes([b]) for b in range(256)] + [b""]
+    classes = utf8.token_classes(*utf8.pad_streams(tokens))
+    reached = set()
+    for prefix in prefixes:
+        scorer = utf8.StreamScorer(1)
+        scorer.feed_bytes([prefix])
+        state = int(scorer.state[0])
+        reached.add(state)
+        want = [_strict_after(_pending(prefix), t) for t in tokens]
+        assert classes.valid[state].tolist() == [v for v, _ in want], prefix
+        assert classes.completes[state].tolist() == [c for _, c in want], prefix
+    assert reached == set(range(utf8.N_STATES))

@@ -7,6 +7,8 @@ straight from Unicode Table 3-7. The tests require the engine's metrics to equal
 
 from __future__ import annotations
 
+import codecs
+import functools
 import math
 import statistics
 from collections.abc import Callable
@@ -99,6 +101,68 @@ def hf_generate(
     return gens
 
 
+def pending_bytes(data: bytes) -> bytes:
+    """The bytes of the character ``data`` leaves pending, by CPython's incremental decoder
+    (which drops a broken prefix as the maximal-subpart rule says)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    decoder.decode(data, final=False)
+    return decoder.getstate()[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _vocab_classes(id_bytes: tuple[bytes, ...], pending: bytes) -> tuple[list[bool], list[bool]]:
+    """For every token, one at a time: whether it keeps a stream with ``pending`` bytes
+    valid (CPython's strict decoder accepts ``pending + bytes`` so far), and whether it
+    completes the pending character (nothing left buffered after it)."""
+    valid, complete = [], []
+    for b in id_bytes:
+        if not b:  # eos and the other special tokens end the stream
+            valid.append(pending == b"")
+            complete.append(False)
+            continue
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
+        try:
+            decoder.decode(pending + b, final=False)
+        except UnicodeDecodeError:
+            valid.append(False)
+            complete.append(False)
+            continue
+        tail = decoder.getstate()[0]
+        valid.append(_completable(tail))
+        complete.append(bool(pending) and tail == b"")
+    return valid, complete
+
+
+def _completable(tail: bytes) -> bool:
+    """Whether buffered bytes can still become a character: CPython's incremental decoder
+    buffers ED A0-BF (a surrogate's first two bytes) until the third byte, so ask whether
+    continuation bytes complete it (one of 80, 90, A0 suits any second byte; 80 any later)."""
+    fills = [bytes([first]) + b"\x80" * k for first in (0x80, 0x90, 0xA0) for k in (0, 1, 2)]
+    for fill in fills if tail else ():
+        try:
+            (tail + fill).decode("utf-8")
+            return True
+        except UnicodeDecodeError:
+            continue
+    return not tail
+
+
+@torch.no_grad()
+def expected_validity(model, prep: Prepared, s: Utf8Sample, gen: list[int]) -> tuple[list, list]:
+    """(p_valid, p_complete) at each generated step: the model's distribution from a fresh
+    unpadded forward pass over prompt + the tokens before, summed token by token over the
+    whole vocabulary; p_complete is None where no character is pending."""
+    p_valid, p_complete = [], []
+    for t in range(len(gen)):
+        ids = torch.tensor([list(s.prompt_ids) + gen[:t]])
+        probs = model(input_ids=ids).logits[0, -1].double().softmax(-1).tolist()
+        pending = pending_bytes(s.prompt_bytes + prep.codec.decode(gen[:t]))
+        valid, complete = _vocab_classes(tuple(prep.codec.id_bytes[: len(probs)]), pending)
+        p_valid.append(sum(p for p, ok in zip(probs, valid, strict=True) if ok))
+        p_complete.append(sum(p for p, ok in zip(probs, complete, strict=True) if ok) if pending else None)
+    return p_valid, p_complete
+
+
 def run_sample(
     model, prep: Prepared, s: Utf8Sample, gen: list[int], max_new_tokens: int, alpha: float
 ) -> dict:
@@ -118,6 +182,7 @@ def run_sample(
     gen_bytes = prep.codec.decode(gen)
     term = bool(s.remainder) and gen_bytes.startswith(s.remainder)
     term = term and py_scan(s.prompt_bytes + s.remainder)[3]
+    p_valid, p_complete = expected_validity(model, prep, s, gen)
     return {
         "language": s.language,
         "tier": s.tier or "none",
@@ -134,6 +199,8 @@ def run_sample(
         "count": len(prompt) - 1 + len(gen),
         "pure": bool(content) and all(prep.codec.is_byte_token[t] for t in content),
         "term_match": term,
+        "p_valid_t": p_valid,
+        "p_complete_t": p_complete,
     }
 
 
@@ -151,6 +218,7 @@ def summarise(rows: list[dict], term_match: bool) -> dict[str, float]:
         out["delta_ll_mean"] = mean(deltas)
         out["delta_ll_median"] = statistics.median(deltas)
         out["delta_ll_std"] = statistics.pstdev(deltas)
+    out.update(summarise_expected(rows))
     out["ppl"] = math.exp(sum(r["nll"] for r in rows) / sum(r["count"] for r in rows))
     out["pure_share"] = mean(r["pure"] for r in rows)
     pure = [r["partial"] for r in rows if r["pure"]]
@@ -163,6 +231,24 @@ def summarise(rows: list[dict], term_match: bool) -> dict[str, float]:
         with_rest = [r["term_match"] for r in rows if r["delta"] is not None]
         out["term_match"] = mean(with_rest) if with_rest else 0.0
     out["n"] = float(len(rows))
+    return out
+
+
+def summarise_expected(rows: list[dict]) -> dict[str, float]:
+    """p_valid (per sample over its steps, then over samples) and its SE; per step p_valid@t
+    and p_complete@t over the samples live (and with a character pending) there."""
+    per_sample = [statistics.fmean(r["p_valid_t"]) for r in rows]
+    out = {"p_valid": statistics.fmean(per_sample)}
+    out["p_valid_se"] = statistics.stdev(per_sample) / math.sqrt(len(rows)) if len(rows) > 1 else 0.0
+    for name in ("p_valid", "p_complete"):
+        for t in range(max(len(r[f"{name}_t"]) for r in rows)):
+            at = [
+                r[f"{name}_t"][t] for r in rows if len(r[f"{name}_t"]) > t and r[f"{name}_t"][t] is not None
+            ]
+            if at:
+                out[f"{name}@t{t + 1}"] = statistics.fmean(at)
+    if "p_complete@t1" in out:
+        out["p_complete"] = out["p_complete@t1"]
     return out
 
 

@@ -77,7 +77,7 @@ def test_failing_probe_is_recorded_and_training_goes_on(tmp_path, small_data):
     ]
     assert rows[0].error == "ValueError: boom" and rows[0].metrics == {}
     level0 = get_probe("level0", trial=True, per_language=2)
-    assert (rows[1].version, rows[1].params) == (1, level0.fingerprint(small_data))
+    assert (rows[1].version, rows[1].params) == (level0.version, level0.fingerprint(small_data))
     assert rows[1].checkpoint == str((tmp_path / "checkpoints" / "step0000002.safetensors").resolve())
     assert rows[3].tokens_seen == 4 * 4 * 32
     assert module.model.training  # train mode restored

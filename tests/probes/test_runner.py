@@ -13,7 +13,7 @@ import yaml
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from bytecanary.cli import main
-from bytecanary.probes import level1
+from bytecanary.probes import level0, level1
 from bytecanary.probes.runner import Job, resolve, run, watch
 from bytecanary.records import read as read_records
 from bytecanary.train.export import export
@@ -54,7 +54,7 @@ def test_folder_of_checkpoints_in_step_order_then_rerun_is_a_no_op(trained_run, 
         (8, "level1"),
     ]
     assert all(r.status == "ok" and r.tokens_seen == r.step * 8 * 32 for r in rows)
-    assert all(r.version == 1 and len(r.params) == 12 for r in rows)
+    assert all(r.version == 2 and len(r.params) == 12 for r in rows)  # both probes at version 2
     weights = [str((trained_run / "checkpoints" / f"step{s:07d}.safetensors").resolve()) for s in (4, 8)]
     assert [r.checkpoint for r in rows] == [weights[0], weights[0], weights[1], weights[1]]
     text = summary(out)
@@ -105,8 +105,9 @@ def test_same_version_and_parameters_is_nothing_to_do(hf_model, tmp_path, capsys
 def test_a_bumped_version_redoes_that_probe_only(hf_model, tmp_path, monkeypatch):
     out = tmp_path / "p.jsonl"
     level1_params = dict((p, params) for p, _, params in _run(hf_model, out))["level1"]
-    monkeypatch.setattr(level1.Level1Probe, "version", 2)
-    assert _run(hf_model, out) == [("level1", 2, level1_params)]
+    bumped = level1.Level1Probe.version + 1
+    monkeypatch.setattr(level1.Level1Probe, "version", bumped)
+    assert _run(hf_model, out) == [("level1", bumped, level1_params)]
     assert _run(hf_model, out) == []
 
 
@@ -115,7 +116,7 @@ def test_a_changed_parameter_or_eval_set_redoes_that_probe_only(hf_model, tmp_pa
     ((_, _, params0), _) = _run(hf_model, out)
     changed = [{"name": "level0", "per_language": 1}, SPECS[1]]
     ((probe, version, params),) = _run(hf_model, out, changed)
-    assert (probe, version) == ("level0", 1) and params != params0
+    assert (probe, version) == ("level0", level0.Level0Probe.version) and params != params0
     level1_set = tmp_path / "data" / "evalsets" / "level1.json"  # the data folder bytecanary.json names
     level1_set.write_text(json.dumps(json.loads(level1_set.read_text())[:2]))
     assert [p for p, _, _ in _run(hf_model, out, changed)] == ["level1"]

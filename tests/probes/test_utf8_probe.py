@@ -3,6 +3,7 @@ per-sample records, and Level 0 / Level 1 as siblings."""
 
 import json
 
+import numpy as np
 import pytest
 
 from bytecanary import keys
@@ -10,10 +11,10 @@ from bytecanary.probes import get_probe
 from bytecanary.probes.level0 import Level0Probe
 from bytecanary.probes.level1 import Level1Probe
 from bytecanary.probes.registry import NO_CONTEXT
-from bytecanary.probes.utf8_probe import Utf8Probe
+from bytecanary.probes.utf8_probe import Utf8Probe, decode_and_score, fit_context
 from bytecanary.records import Context
 
-from .reference import reference_metrics
+from .reference import expected_validity, reference_metrics
 
 
 @pytest.mark.parametrize("level", [0, 1])
@@ -25,6 +26,29 @@ def test_every_metric_equals_the_per_sample_reference(random_model, byte_fallbac
     assert got.keys() == want.keys()
     for key in want:  # float32 sums of log-probs: batched vs one sample alone
         assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-4), key
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_expected_validity_equals_a_brute_force_loop_over_the_vocabulary(
+    random_model, byte_fallback_tokenizer, eval_dir, level
+):
+    """p_valid@t and p_complete@t of every sample and step: the engine's one product with
+    the (state, token) table equals the model's distribution from a fresh forward pass,
+    summed token by token over the whole vocabulary by CPython's decoder."""
+    probe = get_probe(f"level{level}", trial=False, batch_size=5)
+    prep = probe.prepare(byte_fallback_tokenizer, eval_dir)
+    r = decode_and_score(random_model, prep, probe.config)
+    samples = fit_context(prep.samples, random_model, probe.config.max_new_tokens, prep.codec)
+    pending_steps = 0
+    for i, sample in enumerate(samples):
+        n = int(r.lengths[i])
+        p_valid, p_complete = expected_validity(random_model, prep, sample, r.tokens[i, :n].tolist())
+        assert r.p_valid[i, :n] == pytest.approx(p_valid, abs=1e-5), i
+        want = [np.nan if c is None else c for c in p_complete]
+        assert r.p_complete[i, :n] == pytest.approx(want, abs=1e-5, nan_ok=True), i
+        assert np.isnan(r.p_valid[i, n:]).all() and np.isnan(r.p_complete[i, n:]).all()
+        pending_steps += sum(c is not None for c in p_complete)
+    assert pending_steps and 0 < np.nanmin(r.p_valid) < np.nanmax(r.p_valid) < 1  # not a trivial table
 
 
 def test_sharded_compute_equals_single_process(random_model, byte_fallback_tokenizer, eval_dir):

@@ -38,7 +38,8 @@ def headline_by_hand(key: str) -> bool:
     if p[0] == "val":
         return len(p) == 3 and p[2] in ("ppl", "loss")
     if p[1] == "level0":
-        return (len(p) == 5 and p[3] == "all" and p[4] in ("partial", "strict", "gold_win_rate")) or (
+        headline = ("partial", "strict", "gold_win_rate", "p_valid")  # p_valid: all and per language
+        return (len(p) == 5 and p[3] == "all" and p[4] in headline) or (
             len(p) == 5 and p[2] != "all" and p[4] == "partial"
         )
     if p[1] == "level1":

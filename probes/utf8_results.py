@@ -1,0 +1,120 @@
+"""What the UTF-8 probes measured, per sample, and what they report of it.
+
+``SampleResults`` holds one row per sample (a rank's share travels as its ``payload``);
+``group_metrics`` turns the rows of a group of samples (a language, a tier, a prefix
+length) into its metrics, and ``write_records`` writes one line per sample.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from bytecanary.probes.utf8_probe import Utf8Sample
+
+
+@dataclass(frozen=True)
+class SampleResults:
+    """Per-sample results, one row per sample (``index`` into the samples); T = max_new_tokens."""
+
+    index: np.ndarray  # (N,) the sample's position in ``Prepared.samples``
+    partial: np.ndarray  # (N, T) step scores after each generated token
+    strict: np.ndarray  # (N, T)
+    soft: np.ndarray  # (N, T)
+    cumulative: np.ndarray  # (N, T)
+    ema: np.ndarray  # (N, T)
+    gold_ll: np.ndarray  # (N,) teacher-forced log p of the gold remainder; nan without one
+    gen_ll: np.ndarray  # (N,) log p of the generated tokens
+    nll_sum: np.ndarray  # (N,) -log p of prompt tokens 2..n and the generated ones
+    nll_count: np.ndarray  # (N,) how many tokens that sum covers
+    pure: np.ndarray  # (N,) every generated token that adds bytes is a byte token
+    term_match: np.ndarray  # (N,) exactly the remainder, then a character boundary
+    p_valid: np.ndarray  # (N, T) mass on tokens keeping the stream valid at each step; nan after the end
+    p_complete: np.ndarray  # (N, T) mass on tokens completing the pending character; nan where none is
+    tokens: np.ndarray  # (N, T) generated ids, padding after the end
+    lengths: np.ndarray  # (N,) generated tokens
+
+    def payload(self) -> dict[str, np.ndarray]:
+        """The arrays by name: what a rank sends (``merge_shards`` merges dicts)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def group_metrics(r: SampleResults, mask: np.ndarray, term_match: bool) -> dict[str, float]:
+    """Aggregates of the samples in ``mask``: scores at the last step, per step, Delta_LL."""
+    if not mask.any():
+        return {}
+    last = {k: getattr(r, k)[mask, -1] for k in ("partial", "strict", "soft", "cumulative", "ema")}
+    out: dict[str, float] = {k: float(v.mean()) for k, v in last.items()}
+    for t in range(r.partial.shape[1]):
+        out[f"partial@t{t + 1}"] = float(r.partial[mask, t].mean())
+    delta = (r.gold_ll - r.gen_ll)[mask]
+    delta = delta[~np.isnan(delta)]
+    if len(delta):
+        out.update(
+            gold_win_rate=float((delta > 0).mean()),
+            delta_ll_mean=float(delta.mean()),
+            delta_ll_median=float(np.median(delta)),
+            delta_ll_std=float(delta.std()),
+        )
+    out.update(_expected_metrics(r.p_valid[mask], r.p_complete[mask]))
+    out["ppl"] = float(np.exp(r.nll_sum[mask].sum() / r.nll_count[mask].sum()))
+    pure = r.pure[mask]
+    out["pure_share"] = float(pure.mean())
+    if pure.any():
+        out["partial_pure"] = float(last["partial"][pure].mean())
+    if (~pure).any():
+        out["partial_mixed"] = float(last["partial"][~pure].mean())
+    if term_match:
+        has_remainder = ~np.isnan(r.gold_ll[mask])
+        out["term_match"] = float(r.term_match[mask][has_remainder].mean()) if has_remainder.any() else 0.0
+    out["n"] = float(mask.sum())
+    return out
+
+
+def _expected_metrics(p_valid: np.ndarray, p_complete: np.ndarray) -> dict[str, float]:
+    """p_valid (each sample's mean over its steps, then over samples) with its SE over the
+    samples, per step; p_complete at the first step (the prompt's own pending character)
+    and per step, over the samples with a character pending there."""
+    per_sample = np.nanmean(p_valid, axis=1)
+    n = len(per_sample)
+    out = {"p_valid": float(per_sample.mean())}
+    out["p_valid_se"] = float(per_sample.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
+    for name, table in (("p_valid", p_valid), ("p_complete", p_complete)):
+        for t in np.flatnonzero(~np.isnan(table).all(axis=0)):
+            out[f"{name}@t{t + 1}"] = float(np.nanmean(table[:, t]))
+    if "p_complete@t1" in out:
+        out["p_complete"] = out["p_complete@t1"]
+    return out
+
+
+def write_records(
+    path: str | Path,
+    probe: str,
+    samples: list[Utf8Sample],
+    r: SampleResults,
+    context: dict[str, Any],
+) -> None:
+    """One JSON line per sample: ``context`` (checkpoint, step, ...), the sample, what was
+    generated and its scores; (checkpoint, item_id, k) names a row."""
+    with open(path, "a", encoding="utf-8") as f:
+        for i, s in enumerate(samples):
+            n = int(r.lengths[i])
+            row = {**context, "probe": probe}
+            row.update({k: v for k, v in asdict(s).items() if k not in ("prompt_bytes", "remainder")})
+            row.update(
+                prompt_bytes=s.prompt_bytes.hex(),
+                remainder=s.remainder.hex(),
+                generated_ids=r.tokens[i, :n].tolist(),
+                partial=r.partial[i].tolist(),
+                strict=r.strict[i].tolist(),
+                p_valid=r.p_valid[i, :n].tolist(),
+                delta_ll=None if np.isnan(r.gold_ll[i]) else float(r.gold_ll[i] - r.gen_ll[i]),
+                pure=bool(r.pure[i]),
+                term_match=bool(r.term_match[i]),
+            )
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
