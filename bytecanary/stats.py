@@ -6,7 +6,9 @@ McNemar, as the space-tokenization-trap MCQA study uses), bootstrap confidence i
 fixed-effects regression of accuracy on parsability, and the convergence detector applied
 alike to perplexity and to UTF-8 validity (arXiv:2606.14122): it says where a curve
 converged, or that it is still moving, or that it never changed beyond its noise, and
-only a pair of converged curves gets a ratio (with a bootstrap CI).
+only a pair of converged curves gets a ratio (with a bootstrap CI). A curve's noise comes
+from its probe (binomial SE, ``proportion_se``) or from its own scatter between
+checkpoints: one number for the curve (``curve_noise``) or one per point (``local_noise``).
 Plain numpy and ``math``: importable without torch or scipy.
 """
 
@@ -188,19 +190,52 @@ class Verdict:
         return f"{STATE_WORDS[NO_CHANGE]} (noise {self.noise:.2g} a point; {slope})"
 
 
-def curve_noise(x: ArrayLike, y: ArrayLike) -> float:
-    """Noise of one point of a curve that has no measured standard error, from the curve
-    itself: the residual of each inner point from the line through its two neighbours (in
-    log x), robustly (median, scaled to a standard deviation). A local line cancels the
-    trend, so only the scatter between neighbouring checkpoints remains."""
+def proportion_se(value: float | None, n: float | None) -> float | None:
+    """SE of a share (or of a mean of scores in [0, 1], as a bound) over n samples, with the
+    share pulled off 0 and 1 by one success and one failure so it is never 0."""
+    if value is None or n is None or n < 1:
+        return None
+    p = (value * n + 1) / (n + 2)
+    return math.sqrt(p * (1 - p) / n)
+
+
+def _scaled_residuals(x: ArrayLike, y: ArrayLike) -> np.ndarray:
+    """Per inner point (x ascending), its squared residual from the line through its two
+    neighbours (in log x) over what independent noise of variance 1 would give: each is an
+    unbiased estimate of one point's noise variance. A local line cancels the trend, so
+    only the scatter between neighbouring checkpoints remains."""
     lx, ys = np.log10(np.asarray(x, dtype=np.float64)), np.asarray(y, dtype=np.float64)
     if len(ys) < 3:
-        raise ValueError("curve_noise needs at least three points")
+        raise ValueError("the noise of a curve needs at least three points")
     w = (lx[1:-1] - lx[:-2]) / (lx[2:] - lx[:-2])
     resid = ys[1:-1] - ((1 - w) * ys[:-2] + w * ys[2:])
-    scale = 1 + w**2 + (1 - w) ** 2  # Var(resid) / sigma^2 for independent noise
+    return resid**2 / (1 + w**2 + (1 - w) ** 2)  # Var(resid) / sigma^2 for independent noise
+
+
+def curve_noise(x: ArrayLike, y: ArrayLike) -> float:
+    """Noise of one point of a curve that has no measured standard error, from the curve
+    itself: the scatter of each inner point around its neighbours, robustly (median, scaled
+    to a standard deviation), one number for the whole curve."""
     chi2_median = 0.45494  # median of chi-square with 1 degree of freedom
-    return math.sqrt(float(np.median(resid**2 / scale)) / chi2_median)
+    return math.sqrt(float(np.median(_scaled_residuals(x, y))) / chi2_median)
+
+
+LOCAL_HALF = 3  # local_noise pools the 2 * LOCAL_HALF + 1 nearest inner points
+
+
+def local_noise(x: ArrayLike, y: ArrayLike, half: int = LOCAL_HALF) -> np.ndarray:
+    """Noise of each point of a curve (x ascending) from the scatter of the checkpoints
+    around it: the root mean of the scaled squared residuals of the ``2 * half + 1`` inner
+    points nearest to it (the window is shifted, not cut, at the ends). Local, because
+    the scatter of a greedy metric depends on the phase of training (flat while the model
+    emits nothing, flipping once prompts sit near its decision boundary): one number for
+    the whole curve would lend the flips to the quiet phase, or lose them when they are
+    a minority of checkpoints. A mean, not a median, because a metric that flips between
+    two values repeats them, and the residual of a point equal to both neighbours is 0."""
+    scaled = _scaled_residuals(x, y)
+    size = min(2 * half + 1, len(scaled))
+    starts = np.clip(np.arange(len(scaled) + 2) - 1 - half, 0, len(scaled) - size)
+    return np.array([math.sqrt(float(scaled[s : s + size].mean())) for s in starts])
 
 
 def _line(lx: np.ndarray, y: np.ndarray, se: np.ndarray) -> tuple[float, float]:

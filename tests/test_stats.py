@@ -130,6 +130,58 @@ def test_perplexity_noise_comes_from_the_curve():
     assert verdict.state == stats.CONVERGED and verdict.converged_at == pytest.approx(1e6, rel=0.25)
 
 
+def test_proportion_se_is_never_zero():
+    assert stats.proportion_se(0.0, 100) == pytest.approx(math.sqrt(1 / 102 * 101 / 102 / 100))
+    assert stats.proportion_se(0.5, None) is None and stats.proportion_se(0.5, 0) is None
+
+
+def _local_noise_by_loop(x: np.ndarray, y: np.ndarray, pooled: int = 7) -> list[float]:
+    """Per point, the root mean over the ``pooled`` inner points nearest to it of
+    r^2 / (1 + w^2 + (1 - w)^2), r the residual from the line through the point's two
+    neighbours in log10 x and w its position between them."""
+    lx = [math.log10(v) for v in x]
+    scaled = {}
+    for i in range(1, len(y) - 1):
+        w = (lx[i] - lx[i - 1]) / (lx[i + 1] - lx[i - 1])
+        r = y[i] - ((1 - w) * y[i - 1] + w * y[i + 1])
+        scaled[i] = r * r / (1 + w * w + (1 - w) ** 2)
+    out = []
+    for i in range(len(y)):
+        nearest = sorted(scaled, key=lambda j: (abs(j - i), j))[:pooled]
+        out.append(math.sqrt(sum(scaled[j] for j in nearest) / len(nearest)))
+    return out
+
+
+def test_local_noise_equals_a_loop_over_the_nearest_checkpoints():
+    y = 0.3 + 0.1 * np.log10(TOKENS) + np.random.default_rng(3).normal(0, 0.02, len(TOKENS))
+    assert stats.local_noise(TOKENS, y) == pytest.approx(_local_noise_by_loop(TOKENS, y), rel=1e-12)
+    assert stats.local_noise(TOKENS[:5], y[:5]) == pytest.approx(_local_noise_by_loop(TOKENS[:5], y[:5]))
+    line = 3.0 - 0.5 * np.log10(TOKENS)
+    assert stats.local_noise(TOKENS, line) == pytest.approx(np.zeros(len(TOKENS)), abs=1e-12)
+    with pytest.raises(ValueError, match="three points"):
+        stats.local_noise(TOKENS[:2], y[:2])
+
+
+def test_local_noise_follows_the_phase_of_a_greedy_curve():
+    """Quiet (binomial noise) up to checkpoint 20, then flipping between 0.6 and 0.9 at every
+    checkpoint: each phase gets its own noise, where one number for the curve (curve_noise)
+    fits neither."""
+    quiet = np.full(len(TOKENS), 0.75) + np.random.default_rng(4).normal(0, 0.01, len(TOKENS))
+    y = np.where(np.arange(len(TOKENS)) < 20, quiet, np.where(np.arange(len(TOKENS)) % 2, 0.6, 0.9))
+    noise = stats.local_noise(TOKENS, y)
+    # at least 7 points away from the flips: the quiet noise (0.01), give or take what 7
+    # residuals can tell, and far under the flips'
+    assert np.median(noise[:15]) == pytest.approx(0.01, rel=0.35) and noise[:15].max() < 0.03
+    assert (noise[20:] >= 0.15).all()  # 0.15: the flips' standard deviation, np.std(y[20:])
+    assert np.std(y[20:]) == pytest.approx(0.15, rel=0.01)
+    assert 3 * 0.01 < stats.curve_noise(TOKENS, y) < 0.15
+    # judged on the binomial SE alone the flips are movement; on the larger of the two, the
+    # curve shows no change (it started at the flips' mean)
+    binomial = _binomial_se(y)
+    assert stats.detect_convergence(TOKENS, y, binomial).state == stats.MOVING
+    assert stats.detect_convergence(TOKENS, y, np.maximum(binomial, noise)).state == stats.NO_CHANGE
+
+
 def _step_validity(knee: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     mean = np.where(knee <= TOKENS, 0.9, 0.3 + 0.5 * TOKENS / knee)
     return _noisy(mean, seed)

@@ -5,24 +5,26 @@ perplexity and Level 0 validity each converged, kept moving, or never changed be
 noise, with one detector for every curve (``stats.detect_convergence``), and the ratio of
 their convergence tokens only when both converged. "Beyond Perplexity: UTF-8 Validity in
 Byte-aware LMs" (arXiv:2606.14122, abstract and section 1) finds that validity needs about
-twice the tokens perplexity needs (4.2B vs 2.1B). A validity point's noise is the probe's
-own: strict validity is a share of n samples (binomial SE), V_partial a mean of n scores in
-[0, 1], whose variance is at most m(1 - m), so the same SE bounds it; both use
-m = (m n + 1) / (n + 2), never 0. Perplexity is judged on its log (the validation loss),
-its noise estimated from the curve itself (``stats.curve_noise``): the validation set is
-fixed, so what scatters is the model between checkpoints. And how the MCQA protocols behave across
-checkpoints: whether the two letter space strategies rank checkpoints alike (the
-space-tokenization trap paper, section 3.3, saw them reorder models), and how far accuracy
-follows parsability across wrappers ("Format Sensitivity Index: Token-Controlled Prompt
-Wrapper Robustness and Schema Compliance in LLM Benchmarks", arXiv:2607.09665, section 5.2,
-eq. 5). Absent keys are absent data, never zeros.
+twice the tokens perplexity needs (4.2B vs 2.1B). Greedy validity (V_partial, strict) is a
+step function of the weights: prompts share their structure and flip together, so its
+scatter between checkpoints can dwarf the binomial SE of its n samples (0.6 <-> 0.93
+against 0.012 on the tiny CPU run). A greedy point's SE is the larger of the two
+(``validity_curve``). Expected validity (``p_valid``) is smooth in the weights and is
+judged on its own SE over the samples (``p_valid_se``). Perplexity is judged on its log
+(the validation loss), its noise estimated from the curve itself (``stats.curve_noise``):
+the validation set is fixed, so what scatters is the model between checkpoints. And how
+the MCQA protocols behave across checkpoints: whether the two letter space strategies rank
+checkpoints alike (the space-tokenization trap paper, section 3.3, saw them reorder
+models), and how far accuracy follows parsability across wrappers ("Format Sensitivity
+Index: Token-Controlled Prompt Wrapper Robustness and Schema Compliance in LLM Benchmarks",
+arXiv:2607.09665, section 5.2, eq. 5). Absent keys are absent data, never zeros.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -32,10 +34,18 @@ from bytecanary import keys, records, stats
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.records import Record
 
-HEADLINE_KEY = keys.level0()  # V_partial over all languages and tiers
-VALIDITY_KEYS = tuple(
+HEADLINE_KEY = keys.level0()  # V_partial over all languages and tiers: the paper's ratio
+P_VALID_KEY = keys.level0(metric="p_valid")  # expected validity over all languages and tiers
+VALIDITY_KEYS = tuple(  # greedy validity
     keys.level0(lang, "all", m) for lang in ("all", *LANGUAGES) for m in ("partial", "strict")
 )
+P_VALID_KEYS = tuple(keys.level0(lang, "all", "p_valid") for lang in ("all", *LANGUAGES))
+RATIO_CURVES = {  # key -> (short name, what it is), for the lines that state a ratio
+    HEADLINE_KEY: ("validity", "Level 0 validity (all, partial)"),
+    P_VALID_KEY: ("p_valid", "Level 0 expected validity (all, p_valid)"),
+}
+# where a curve's noise comes from, as the convergence table says it
+FROM_CURVE, FROM_GREEDY, FROM_P_VALID_SE = "curve", "max(probe n, local scatter)", "probe (p_valid_se)"
 MIN_POINTS = 3  # fewer checkpoints (or cells) than this: no tau or fit
 SEPARATE, MERGED, CLOZE, DASHED = keys.SEPARATE, keys.MERGED, keys.CLOZE, keys.DASHED
 
@@ -87,6 +97,7 @@ class Curve:
     """None: the detector estimates the noise from the curve itself."""
     log: bool = False
     """Judge the curve on the log of its values (perplexity)."""
+    noise_from: str = FROM_CURVE
 
     def series(self) -> stats.Series:
         values = np.log(self.values) if self.log else np.asarray(self.values)
@@ -132,37 +143,55 @@ def make_curve(key: str, points: Iterable[tuple[Any, ...]], log: bool = False) -
     return Curve(key, xs, [by_x[x][0] for x in xs], ses if known else None, log)
 
 
+def _with_se(curve: Curve, se: Sequence[float] | None, noise_from: str) -> Curve:
+    """The curve judged on ``se`` (None: on its own scatter, as perplexity)."""
+    se = None if se is None else [float(e) for e in se]
+    return Curve(curve.key, curve.tokens, curve.values, se, curve.log, noise_from if se else FROM_CURVE)
+
+
 def probe_curve(cps: Sequence[Checkpoint], key: str) -> Curve:
     return make_curve(key, ((c.tokens_seen, c.metrics.get(key)) for c in cps))
 
 
-def proportion_se(value: float | None, n: float | None) -> float | None:
-    """SE of a share (or of a mean of scores in [0, 1], as a bound) over n samples, with the
-    share pulled off 0 and 1 by one success and one failure so it is never 0."""
-    if value is None or n is None or n < 1:
-        return None
-    p = (value * n + 1) / (n + 2)
-    return math.sqrt(p * (1 - p) / n)
-
-
 def validity_curve(cps: Sequence[Checkpoint], key: str) -> Curve:
-    """A Level 0 validity curve with each point's SE from the ``n`` its probe recorded."""
+    """A greedy Level 0 validity curve, each point's SE the larger of the binomial one from
+    the ``n`` its probe recorded (``stats.proportion_se``: V_partial is a mean of scores in
+    [0, 1], so the same SE bounds it) and the scatter of the checkpoints around it
+    (``stats.local_noise``). Not their sum: the scatter already holds the sampling noise.
+    The binomial SE floors a scatter that a smooth stretch of the curve drives to 0."""
     n_key = keys.level0(keys.language_of(key) or "all", "all", "n")
-    return make_curve(
-        key, ((c.tokens_seen, c.value(key), proportion_se(c.value(key), c.value(n_key))) for c in cps)
+    curve = make_curve(
+        key, ((c.tokens_seen, c.value(key), stats.proportion_se(c.value(key), c.value(n_key))) for c in cps)
     )
+    if len(curve.tokens) < 3:
+        return curve
+    scatter = stats.local_noise(curve.tokens, curve.values)
+    return _with_se(curve, np.maximum(scatter, curve.se or 0.0), FROM_GREEDY)
+
+
+def p_valid_curve(cps: Sequence[Checkpoint], key: str) -> Curve:
+    """An expected-validity curve, each point's SE the ``p_valid_se`` its probe recorded
+    (judged on its own scatter where a point lacks one)."""
+    se_key = key.removesuffix("p_valid") + "p_valid_se"
+    curve = make_curve(key, ((c.tokens_seen, c.value(key), c.value(se_key)) for c in cps))
+    return _with_se(curve, curve.se, FROM_P_VALID_SE)
 
 
 @dataclass(frozen=True)
 class Convergence:
-    """Perplexity and validity curves, what each did, and the validity/perplexity ratio."""
+    """Perplexity, greedy and expected validity curves, what each did, and the ratios to
+    perplexity of V_partial (the paper's headline) and of p_valid (all languages)."""
 
     ppl: Curve
-    validity: dict[str, Curve]  # by metric key; only keys some checkpoint has
+    validity: dict[str, Curve]  # greedy, by metric key; only keys some checkpoint has
+    p_valid: dict[str, Curve] = field(default_factory=dict)  # expected validity, likewise
 
     @property
     def headline(self) -> Curve | None:
         return self.validity.get(HEADLINE_KEY)
+
+    def curve(self, key: str) -> Curve | None:
+        return self.validity.get(key) or self.p_valid.get(key)
 
     def ratio_to_ppl(self, curve: Curve) -> float | None:
         """The curve's convergence tokens over perplexity's; None unless both converged."""
@@ -175,43 +204,60 @@ class Convergence:
         return self.headline.converged_at if self.headline else None
 
     @cached_property
-    def ratio(self) -> stats.RatioEstimate | None:
-        """The headline: validity (``all/all/partial``) over perplexity convergence tokens,
-        with its bootstrap CI; None unless both curves converged."""
-        if self.headline is None or self.ratio_to_ppl(self.headline) is None:
-            return None
-        return stats.convergence_ratio(self.headline.series(), self.ppl.series())
+    def ratios(self) -> dict[str, stats.RatioEstimate | None]:
+        """Per curve of ``RATIO_CURVES``, its over perplexity's convergence tokens with the
+        bootstrap CI; None unless both converged."""
+        out = {}
+        for key in RATIO_CURVES:
+            curve = self.curve(key)
+            both = curve is not None and self.ratio_to_ppl(curve) is not None
+            out[key] = stats.convergence_ratio(curve.series(), self.ppl.series()) if both else None
+        return out
 
-    def why_no_ratio(self) -> str:
+    @property
+    def ratio(self) -> stats.RatioEstimate | None:
+        """The headline: V_partial (``all/all/partial``) over perplexity, the paper's ratio."""
+        return self.ratios[HEADLINE_KEY]
+
+    @property
+    def p_valid_ratio(self) -> stats.RatioEstimate | None:
+        """Expected validity (``all/all/p_valid``) over perplexity, stated beside the headline."""
+        return self.ratios[P_VALID_KEY]
+
+    def why_no_ratio(self, key: str = HEADLINE_KEY) -> str:
         """In words, which curve did not converge and what it did instead."""
+        name = RATIO_CURVES[key][0]
+        curve = self.curve(key)
         why = [f"{self.ppl.key} {self.ppl.in_words}"] if self.ppl.converged_at is None else []
-        if self.headline is None:
-            why.append("no Level 0 validity records")
-        elif self.headline.converged_at is None:
-            why.append(f"validity {self.headline.in_words}")
+        if curve is None:
+            why.append(f"no Level 0 {name} records")
+        elif curve.converged_at is None:
+            why.append(f"{name} {curve.in_words}")
         return "; ".join(why)
 
-    def explain(self) -> str:
-        """The headline ratio, or in words why there is none, in one line."""
-        if self.ratio is None:
-            return f"No validity/perplexity ratio: {self.why_no_ratio()}"
-        r = self.ratio
+    def explain(self, key: str = HEADLINE_KEY) -> str:
+        """The ratio of ``key`` (default the headline), or in words why there is none, in one line."""
+        name, what = RATIO_CURVES[key]
+        r = self.ratios[key]
+        if r is None:
+            return f"No {name}/perplexity ratio: {self.why_no_ratio(key)}"
         return (
-            f"Level 0 validity converges after {r.value:.2f}x the tokens of perplexity "
-            f"(95% CI {r.lo:.2f}-{r.hi:.2f}; {self.validity_tokens:,.0f} vs "
+            f"{what} converges after {r.value:.2f}x the tokens of perplexity "
+            f"(95% CI {r.lo:.2f}-{r.hi:.2f}; {self.curve(key).converged_at:,.0f} vs "
             f"{self.ppl.converged_at:,.0f} tokens seen)"
         )
 
 
 def convergence(metrics_rows: Iterable[dict[str, Any]], probe_records: Iterable[Record]) -> Convergence:
-    """What ``val/ppl`` and Level 0 partial/strict validity (all, en, ja, ko, zh) did over
-    tokens seen, all judged by the same detector."""
+    """What ``val/ppl``, Level 0 partial/strict validity and p_valid (all, en, ja, ko, zh)
+    did over tokens seen, all judged by the same detector."""
     points = ((r.get(keys.TOKENS_SEEN), r.get(keys.val_ppl())) for r in metrics_rows)
     ppl = make_curve(keys.val_ppl(), points, log=True)
     cps = checkpoints(probe_records)
     present = {k for c in cps for k in c.metrics}
     validity = {key: validity_curve(cps, key) for key in VALIDITY_KEYS if key in present}
-    return Convergence(ppl, validity)
+    p_valid = {key: p_valid_curve(cps, key) for key in P_VALID_KEYS if key in present}
+    return Convergence(ppl, validity, p_valid)
 
 
 def mcqa_tasks(cps: Sequence[Checkpoint]) -> list[str]:

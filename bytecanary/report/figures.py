@@ -103,57 +103,100 @@ def _plot(ax: Any, curve: Curve, mark: bool = False, **style: Any) -> bool:
 
 
 def _convergence_lines(axes: Sequence[Any], conv: Convergence) -> None:
-    """Vertical lines at the perplexity and headline validity convergence points, in every panel."""
+    """Vertical lines where perplexity, V_partial (all) and p_valid (all) converge, in every panel."""
+    p_valid = conv.p_valid.get(analysis.P_VALID_KEY)
     for x, style, label in (
         (conv.ppl.converged_at, ":", f"{conv.ppl.key} converges"),
         (conv.validity_tokens, "-.", "validity (all, partial) converges"),
+        (p_valid.converged_at if p_valid else None, "--", "p_valid (all) converges"),
     ):
         if x:
             for i, ax in enumerate(axes):
                 ax.axvline(x, color="gray", linestyle=style, linewidth=1.2, label=label if i == 0 else None)
 
 
-def plot_convergence(conv: Convergence, path: Path) -> None:
-    """Perplexity (log y) above Level 0 validity, partial solid and strict dashed per language,
-    a ring where a curve converged."""
-    import matplotlib
+def _greedy_panel(ax: Any, conv: Convergence) -> None:
+    """Greedy validity, partial solid and strict dashed per language, the band of one SE
+    (binomial or the scatter between checkpoints, the larger) around V partial (all)."""
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    for key, curve in conv.validity.items():
+        style = "--" if key.endswith("/strict") else "-"
+        _plot(ax, curve, mark=True, color=LANG_COLORS[keys.language_of(key)], linestyle=style)
+    if not ax.lines:
+        _empty(ax, "no Level 0 probe records (probes.jsonl)")
+        return
+    ax.set_ylim(-0.02, 1.02)  # a band may reach past the metric's range
+    band = bool(conv.headline and conv.headline.se)
+    if band:
+        _band(ax, conv.headline, LANG_COLORS["all"])
+    langs = dict.fromkeys(keys.language_of(k) for k in conv.validity)
+    handles = [Line2D([], [], color=LANG_COLORS[lang], label=lang) for lang in langs]
+    handles += [
+        Line2D([], [], color="gray", linestyle="-", label="V partial"),
+        Line2D([], [], color="gray", linestyle="--", label="V strict"),
+        Line2D([], [], color="gray", marker="o", mfc="none", mew=2, linestyle="", label="converges"),
+        *([Patch(color=LANG_COLORS["all"], alpha=0.12, label="SE, V partial all")] if band else []),
+    ]
+    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5))
+
+
+def _p_valid_panel(ax: Any, conv: Convergence) -> None:
+    """Expected validity p_valid per language, each with its band of one SE over the samples."""
+    for key, curve in conv.p_valid.items():
+        color = LANG_COLORS[keys.language_of(key)]
+        if _plot(ax, curve, mark=True, color=color, label=f"p_valid {keys.language_of(key)}") and curve.se:
+            _band(ax, curve, color)
+    if ax.lines:
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
+    else:
+        _empty(ax, "no p_valid in the Level 0 records (probes.jsonl)")
+
+
+def _band(ax: Any, curve: Curve, color: str) -> None:
+    """A shaded band of one SE either side of a curve."""
+    lo = [y - e for y, e in zip(curve.values, curve.se, strict=True)]
+    hi = [y + e for y, e in zip(curve.values, curve.se, strict=True)]
+    ax.fill_between(curve.tokens, lo, hi, color=color, alpha=0.12, linewidth=0)
+
+
+def convergence_figure(conv: Convergence) -> Any:
+    """Perplexity (log y), greedy Level 0 validity and expected validity (p_valid) in three
+    panels over tokens seen, a ring where a curve converged; the ratios in the title."""
+    import matplotlib
 
     with matplotlib.rc_context(STYLE):
-        fig, axes = _figure(2, 1, (10, 8), sharex=True)
-        top, bottom = axes[:, 0]
+        fig, axes = _figure(3, 1, (10, 10.5), sharex=True)
+        top, middle, bottom = axes[:, 0]
         if _plot(top, conv.ppl, mark=True, color="black", label=conv.ppl.key):
             top.set_yscale("log")
             _plain_log_labels(top.yaxis, lambda v: f"{v:,.0f}")
         else:
             _empty(top, "no val/ppl in metrics.jsonl")
         top.set_ylabel("validation perplexity (log scale)")
-        drawn = False
-        for key, curve in conv.validity.items():
-            style = "--" if key.endswith("/strict") else "-"
-            color = LANG_COLORS[keys.language_of(key)]
-            drawn |= _plot(bottom, curve, mark=True, color=color, linestyle=style)
-        if not drawn:
-            _empty(bottom, "no Level 0 probe records (probes.jsonl)")
-        bottom.set_ylabel("Level 0 validity V (0-1)")
+        _greedy_panel(middle, conv)
+        middle.set_ylabel("greedy validity V (0-1)")
+        _p_valid_panel(bottom, conv)
+        bottom.set_ylabel("expected validity p_valid (0-1)")
         bottom.set_xlabel(TOKENS_LABEL)
-        _convergence_lines([top, bottom], conv)
-        for ax in (top, bottom):
+        _convergence_lines([top, middle, bottom], conv)
+        for ax in (top, middle, bottom):
             _tokens_axis(ax)
             ax.grid(True, which="major", alpha=0.3)
         if top.get_legend_handles_labels()[0]:
             top.legend(loc="upper right")
-        langs = dict.fromkeys(keys.language_of(k) for k in conv.validity)
-        handles = [Line2D([], [], color=LANG_COLORS[lang], label=lang) for lang in langs]
-        handles += [
-            Line2D([], [], color="gray", linestyle="-", label="V partial"),
-            Line2D([], [], color="gray", linestyle="--", label="V strict"),
-            Line2D([], [], color="gray", marker="o", mfc="none", mew=2, linestyle="", label="converges"),
-        ]
-        if drawn:
-            bottom.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5))
-        fig.suptitle(textwrap.fill(conv.explain(), 90))  # the ratio, or in words why there is none
-        _save(fig, path)
+        title = f"{conv.explain()}. {conv.explain(analysis.P_VALID_KEY)}"  # the ratios, or why there are none
+        fig.suptitle(textwrap.fill(title, 90))
+    return fig
+
+
+def plot_convergence(conv: Convergence, path: Path) -> None:
+    """``convergence_figure`` as a PNG (drawn in the same style: ticks are made at draw time)."""
+    import matplotlib
+
+    with matplotlib.rc_context(STYLE):
+        _save(convergence_figure(conv), path)
 
 
 def plot_tiers(cps: Sequence[Checkpoint], path: Path) -> None:

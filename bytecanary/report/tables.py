@@ -19,9 +19,13 @@ from bytecanary.report import analysis, figures
 from bytecanary.report.analysis import CLOZE, DASHED, MERGED, SEPARATE, Checkpoint, Convergence, Curve
 
 _VALIDITY_COLUMNS = [
-    (f"V {m} {lang}", keys.level0(lang, "all", m))
-    for m in ("partial", "strict")
-    for lang in ("all", *LANGUAGES)
+    *(
+        (f"V {m} {lang}", keys.level0(lang, "all", m))
+        for m in ("partial", "strict")
+        for lang in ("all", *LANGUAGES)
+    ),
+    *((f"p_valid {lang}", keys.level0(lang, "all", "p_valid")) for lang in ("all", *LANGUAGES)),
+    ("p_valid SE all", keys.level0("all", "all", "p_valid_se")),
 ]
 _TASK_COLUMNS = [  # (column, protocol or None for the task's own metric, metric, format)
     ("letter sep acc", SEPARATE, "acc", ".3f"),
@@ -124,11 +128,11 @@ def _convergence_table(conv: Convergence) -> Table:
     """Every curve's verdict with its evidence: the tail's slope per decade of tokens and its
     SE, how far (in noise) the curve moved before the tail, and the noise of one point."""
     rows = []
-    for curve in (conv.ppl, *conv.validity.values()):
+    for curve in (conv.ppl, *conv.validity.values(), *conv.p_valid.values()):
         v = curve.verdict
         evidence = [v.n_tail, v.slope, v.slope_se, v.moved, v.noise] if v else [None] * 5
         head = [curve.key, len(curve.tokens), curve.state, curve.converged_at, conv.ratio_to_ppl(curve)]
-        rows.append([*head, *evidence, "probe (n)" if curve.se else "curve"])
+        rows.append([*head, *evidence, curve.noise_from])
     columns = [
         Column("curve", ""),
         Column("points", ""),
@@ -225,10 +229,10 @@ def build_tables(
     """Every table of the report, in the order of the figures they stand behind."""
     per_checkpoint = _checkpoint_table(
         "per_checkpoint",
-        "Validation perplexity and Level 0 validity per checkpoint",
+        "Validation perplexity and Level 0 validity (greedy V, expected p_valid) per checkpoint",
         metrics,
         cps,
-        [(c, k) for c, k in _VALIDITY_COLUMNS if k in conv.validity],
+        [(c, k) for c, k in _VALIDITY_COLUMNS if any(k in cp.metrics for cp in cps)],
         with_ppl=True,
     )
     return [per_checkpoint, _convergence_table(conv), *_tier_tables(metrics, cps), *_mcqa_tables(cps, series)]

@@ -111,18 +111,23 @@ def render_markdown(data: RunData, conv: Convergence, tables: list[Table], notes
         f"point within {stats.BAND_Z:g}x noise of the tail's mean, the slope's upper bound under "
         f"{stats.RATE_FRACTION:g}x the rate the curve came at), after departing from that tail by "
         f"more than {stats.MOVE_Z:g}x noise; flat from the start is 'no change beyond noise', no "
-        f"flat tail is 'still moving'. Noise: the probe's binomial SE from its n for validity, the "
-        f"scatter between neighbouring checkpoints for val/ppl. The ratio's CI is a parametric "
-        f"bootstrap (both curves perturbed by their noise, the detector rerun); there is a ratio "
-        f"only when both curves converged."
+        f"flat tail is 'still moving'. Noise: for greedy validity (V partial, strict) the larger "
+        f"of the probe's binomial SE from its n and the scatter of the checkpoints around each "
+        f"point ({2 * stats.LOCAL_HALF + 1} nearest, about the line through each one's neighbours): "
+        f"prompts flip together, so the scatter between checkpoints can dwarf the binomial SE; "
+        f"for expected validity (p_valid) the SE over the samples its probe recorded "
+        f"(p_valid_se); for val/ppl the scatter between neighbouring checkpoints. The ratio's CI "
+        f"is a parametric bootstrap (both curves perturbed by their noise, the detector rerun); "
+        f"there is a ratio only when both curves converged."
     )
     parts = [
         f"# bytecanary report: {data.run_dir}\n",
         f"{conv.explain()}{' (the paper reports about 2x).' if conv.ratio else '.'}\n",
+        f"{conv.explain(analysis.P_VALID_KEY)}.\n",
         rule + "\n",
-        "Figures: `convergence.png` (perplexity and validity), `tiers.png` (validity by frequency "
-        "tier), `mcqa.png` (MCQA protocols, FSI/PSI). Absent data is `-`; a statistic the data "
-        "cannot support is `n/a`.\n",
+        "Figures: `convergence.png` (perplexity, greedy validity, expected validity p_valid), "
+        "`tiers.png` (validity by frequency tier), `mcqa.png` (MCQA protocols, FSI/PSI). Absent "
+        "data is `-`; a statistic the data cannot support is `n/a`.\n",
         *(t.markdown() for t in tables),
     ]
     if notes:
@@ -148,20 +153,26 @@ def wandb_run_id(run_dir: Path) -> str | None:
 
 def _scalars(conv: Convergence, series: dict[str, float]) -> dict[str, float]:
     """The report's numbers for the W&B run summary (absent ones left out)."""
+    p_valid = conv.curve(analysis.P_VALID_KEY)
     numbers = {
         "report/ppl_converged_tokens": conv.ppl.converged_at,
         "report/validity_converged_tokens": conv.validity_tokens,
         "report/validity_ppl_ratio": conv.ratio.value if conv.ratio else None,
         "report/validity_ppl_ratio_lo": conv.ratio.lo if conv.ratio else None,
         "report/validity_ppl_ratio_hi": conv.ratio.hi if conv.ratio else None,
+        "report/p_valid_converged_tokens": p_valid.converged_at if p_valid else None,
+        "report/p_valid_ppl_ratio": conv.p_valid_ratio.value if conv.p_valid_ratio else None,
+        "report/p_valid_ppl_ratio_lo": conv.p_valid_ratio.lo if conv.p_valid_ratio else None,
+        "report/p_valid_ppl_ratio_hi": conv.p_valid_ratio.hi if conv.p_valid_ratio else None,
         **series,
     }
     return {k: v for k, v in numbers.items() if v is not None and not math.isnan(v)}
 
 
 def curve_charts(conv: analysis.Convergence) -> dict[str, Any]:
-    """The paper's finding as W&B line charts against tokens seen: validity (V partial and
-    strict per language) in one, validation perplexity in the other (their scales differ)."""
+    """The paper's finding as W&B line charts against tokens seen: greedy validity (V partial
+    and strict per language), expected validity (p_valid per language) and validation
+    perplexity, one chart each (their scales and their noise differ)."""
     import wandb
 
     def chart(curves: list[analysis.Curve], title: str) -> Any:
@@ -174,6 +185,9 @@ def curve_charts(conv: analysis.Convergence) -> dict[str, Any]:
     if conv.validity:
         validity = chart(list(conv.validity.values()), "Level 0 validity vs tokens seen")
         charts["report/chart/validity_vs_tokens"] = validity
+    if conv.p_valid:
+        p_valid = chart(list(conv.p_valid.values()), "Level 0 expected validity (p_valid) vs tokens seen")
+        charts["report/chart/p_valid_vs_tokens"] = p_valid
     return charts
 
 
@@ -237,23 +251,26 @@ def write_report(run_dir: str | Path, wandb: bool | None = None) -> Path:
 
 
 def report_summary(run_dir: str | Path) -> str:
-    """A few lines for the terminal: both convergence points, their ratio, the share of the
-    run spent in probes, the report's path (after ``write_report``, which warned of any bad
-    line already)."""
+    """A few lines for the terminal: what perplexity, V_partial and p_valid did, the ratios of
+    the two to perplexity, the share of the run spent in probes, the report's path (after
+    ``write_report``, which warned of any bad line already)."""
     data = load_run(run_dir, on_bad=lambda message: None)
     conv = analysis.convergence(data.metrics, data.probes)
-    if conv.ratio is not None:
-        r = conv.ratio
-        ratio = f"{r.value:.2f}x (95% CI {r.lo:.2f}-{r.hi:.2f}; the paper reports about 2x)"
-    else:
-        ratio = f"n/a ({conv.why_no_ratio()})"
-    headline = conv.headline
+    lines = [f"validation perplexity {conv.ppl.describe}"]
+    for key, (name, what) in analysis.RATIO_CURVES.items():
+        curve, r = conv.curve(key), conv.ratios[key]
+        lines.append(f"{what} {curve.describe if curve else 'has no records'}")
+        paper = "; the paper reports about 2x" if key == analysis.HEADLINE_KEY else ""
+        ratio = (
+            f"{r.value:.2f}x (95% CI {r.lo:.2f}-{r.hi:.2f}{paper})"
+            if r
+            else f"n/a ({conv.why_no_ratio(key)})"
+        )
+        lines.append(f"{name}/perplexity tokens: {ratio}")
     cost = analysis.probe_cost(data.metrics)
     return "\n".join(
         [
-            f"validation perplexity {conv.ppl.describe}",
-            f"Level 0 validity (all, partial) {headline.describe if headline else 'has no records'}",
-            f"validity/perplexity tokens: {ratio}",
+            *lines,
             *([f"probes: {cost.describe()}"] if cost else []),
             f"report: {data.run_dir / REPORT_DIR / 'report.md'} (+ {', '.join(f'{n}.png' for n in FIGURES)})",
         ]

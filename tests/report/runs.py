@@ -1,7 +1,10 @@
 """Fabricated run directories whose answers are known: perplexity converges at 1e5 tokens,
-Level 0 validity at 2e5 (or, with ``validity="flat"``/``"rising"``, shows no change beyond
-noise / is still moving at the end), each point off by seeded noise of the size the report
-assumes; the MCQA numbers are seeded draws."""
+Level 0 validity (greedy V_partial and strict, and expected validity p_valid) at 2e5 (or,
+with ``validity="flat"``/``"rising"``, shows no change beyond noise / is still moving at the
+end), each point off by seeded noise of the size the report assumes. With
+``validity="flips"`` the run goes on to 4e6 tokens and, from 2e5 on, greedy validity flips
+between two values from one checkpoint to the next in every language at once (as on the
+tiny CPU run), while p_valid converges at 2e5 as usual. The MCQA numbers are seeded draws."""
 
 import json
 import math
@@ -15,7 +18,10 @@ from bytecanary.data.languages import LANGUAGES
 from bytecanary.records import Record
 
 TOKENS = [20_000 * k for k in range(1, 21)]  # 2e4 .. 4e5
+FLIP_TOKENS = TOKENS + [round(400_000 * 10 ** (i / 20)) for i in range(1, 21)]  # .. 4e6
 PPL_AT, VALIDITY_AT = 100_000, 200_000
+FLIPS = {"partial": (0.6, 0.9), "strict": (0.45, 0.65)}  # greedy validity from VALIDITY_AT on
+P_VALID_TOP = 0.8
 N = {"all": 4096, **dict.fromkeys(LANGUAGES, 1024)}  # Level 0 samples per language
 TASKS = [f"{kind}_{lang}" for kind in ("wordcomp", "nonsenseqa") for lang in LANGUAGES]
 FAMILIES = ("plain", "json", "structured", "structured_delim", "deliberate")
@@ -46,12 +52,34 @@ def validity(t: int, top: float, lang: str = "all", shape: str = "converges") ->
     return p + math.sqrt(p * (1 - p) / N[lang]) * _normal(t, f"{lang}/{top}")
 
 
+def p_valid_se(t: int, lang: str, shape: str) -> float:
+    """What the probe reports as p_valid's SE over its samples: half a binomial SE."""
+    p = clean_validity(t, P_VALID_TOP, shape)
+    return 0.5 * math.sqrt(p * (1 - p) / N[lang])
+
+
+def greedy(t: int, top: float, lang: str, shape: str, metric: str) -> float:
+    """A greedy validity point; with ``shape="flips"``, one of the two values of ``FLIPS``
+    by the parity of the checkpoint from ``VALIDITY_AT`` on (the rise before as usual)."""
+    if shape != "flips":
+        return validity(t, top, lang, shape)
+    if t < VALIDITY_AT:
+        return validity(t, sum(FLIPS[metric]) / 2, lang)
+    return FLIPS[metric][FLIP_TOKENS.index(t) % 2]
+
+
 def level0(t: int, shape: str = "converges") -> dict[str, float]:
     m = {}
+    expected = "converges" if shape == "flips" else shape  # p_valid is smooth and settles
     for lang in ("all", *LANGUAGES):
-        m[f"probe/level0/{lang}/all/partial"] = validity(t, 0.9, lang, shape)
-        m[f"probe/level0/{lang}/all/strict"] = validity(t, 0.6, lang, shape)
+        m[f"probe/level0/{lang}/all/partial"] = greedy(t, 0.9, lang, shape, "partial")
+        m[f"probe/level0/{lang}/all/strict"] = greedy(t, 0.6, lang, shape, "strict")
         m[f"probe/level0/{lang}/all/n"] = float(N[lang])
+        se = p_valid_se(t, lang, expected)
+        m[f"probe/level0/{lang}/all/p_valid"] = clean_validity(t, P_VALID_TOP, expected) + se * _normal(
+            t, f"{lang}/p_valid"
+        )
+        m[f"probe/level0/{lang}/all/p_valid_se"] = se
         for i, tier in enumerate(TIERS):
             m[f"probe/level0/{lang}/{tier}/partial"] = validity(t, 0.95 - 0.1 * i) if lang != "all" else 0.0
     return m
@@ -96,16 +124,17 @@ def write_jsonl(path: Path, rows: list[dict | Record]) -> None:
 def make_run(root: Path, probes: bool = True, validity: str = "converges") -> Path:
     run = root / "run"
     run.mkdir()
+    tokens = FLIP_TOKENS if validity == "flips" else TOKENS
     metrics = []
-    for t in TOKENS:
+    for t in tokens:
         metrics.append({"step": t // 4096, "train/loss": 3.0, "tokens_seen": t})
         metrics.append({"step": t // 4096, "val/loss": math.log(ppl(t)), "val/ppl": ppl(t), "tokens_seen": t})
     write_jsonl(run / "metrics.jsonl", metrics)
     if probes:
         rng = np.random.default_rng(0)
-        rows = [record(t, "level0", level0(t, validity)) for t in TOKENS]
-        rows += [record(t, "mcqa", mcqa(t, rng)) for t in TOKENS]
-        rows.append(record(TOKENS[-1], "level0", {"probe/level0/all/all/partial": 0.0}, status="failed"))
+        rows = [record(t, "level0", level0(t, validity)) for t in tokens]
+        rows += [record(t, "mcqa", mcqa(t, rng)) for t in tokens]
+        rows.append(record(tokens[-1], "level0", {"probe/level0/all/all/partial": 0.0}, status="failed"))
         write_jsonl(run / "probes.jsonl", rows)
     (run / "config.yaml").write_text(
         "data: {data_dir: data/default}\nrun: {name: run, wandb_project: bytecanary}\n"

@@ -11,7 +11,7 @@ from bytecanary import keys, records, stats
 from bytecanary.io import read_jsonl
 from bytecanary.report import analysis
 
-from .runs import FAMILIES, PPL_AT, TASKS, TOKENS, VALIDITY_AT, make_run, record
+from .runs import FAMILIES, FLIPS, PPL_AT, TASKS, TOKENS, VALIDITY_AT, N, make_run, p_valid_se, record
 
 
 def _convergence(run):
@@ -21,16 +21,26 @@ def _convergence(run):
 def test_convergence_points_and_ratio_with_its_ci(tmp_path):
     conv = _convergence(make_run(tmp_path))
     assert conv.ppl.converged_at == PPL_AT and conv.ppl.se is None and conv.ppl.log
-    assert all(c.state == stats.CONVERGED and c.converged_at == VALIDITY_AT for c in conv.validity.values())
-    assert conv.ratio.value == pytest.approx(2.0)
-    assert conv.ratio.lo <= 2.0 <= conv.ratio.hi and conv.ratio.hi - conv.ratio.lo < 0.5
-    assert conv.ratio.both_converged > 0.9
-    assert set(conv.validity) == set(analysis.VALIDITY_KEYS)
+    curves = [*conv.validity.values(), *conv.p_valid.values()]
+    assert all(c.state == stats.CONVERGED and c.converged_at == VALIDITY_AT for c in curves)
+    for r in (conv.ratio, conv.p_valid_ratio):
+        assert r.value == pytest.approx(2.0)
+        assert r.lo <= 2.0 <= r.hi and r.hi - r.lo < 0.5
+        assert r.both_converged > 0.9
+    assert set(conv.validity) == set(analysis.VALIDITY_KEYS) and set(conv.p_valid) == set(
+        analysis.P_VALID_KEYS
+    )
     headline = conv.validity[analysis.HEADLINE_KEY]
     assert headline.values[-1] == pytest.approx(0.9, abs=0.02)  # the failed record (0.0) is ignored
-    # each point's SE is the binomial one of the n the probe recorded
-    assert headline.se[-1] == pytest.approx(analysis.proportion_se(headline.values[-1], 4096))
-    assert headline.se[-1] == pytest.approx(math.sqrt(0.9 * 0.1 / 4096), rel=0.05)
+    # each point's SE: the binomial one of the n the probe recorded, or the scatter of the
+    # checkpoints around it where that is larger
+    binomial = [stats.proportion_se(v, 4096) for v in headline.values]
+    assert binomial[-1] == pytest.approx(math.sqrt(0.9 * 0.1 / 4096), rel=0.05)
+    scatter = stats.local_noise(headline.tokens, headline.values)
+    assert headline.se == pytest.approx(np.maximum(binomial, scatter))
+    assert headline.noise_from == analysis.FROM_GREEDY
+    p_valid = conv.p_valid[analysis.P_VALID_KEY]
+    assert p_valid.se == pytest.approx([p_valid_se(int(t), "all", "converges") for t in p_valid.tokens])
 
 
 @pytest.mark.parametrize(
@@ -45,6 +55,9 @@ def test_no_ratio_from_a_curve_that_did_not_converge(tmp_path, shape, state, wor
     assert conv.ppl.converged_at == PPL_AT and conv.validity[analysis.HEADLINE_KEY].state == state
     assert conv.ratio is None and conv.ratio_to_ppl(conv.validity[analysis.HEADLINE_KEY]) is None
     assert conv.explain() == f"No validity/perplexity ratio: {words}"
+    assert conv.p_valid[analysis.P_VALID_KEY].state == state and conv.p_valid_ratio is None
+    p_valid_words = words.replace("validity", "p_valid", 1)
+    assert conv.explain(analysis.P_VALID_KEY) == f"No p_valid/perplexity ratio: {p_valid_words}"
 
 
 def test_too_few_points_have_no_convergence_point():
@@ -57,12 +70,50 @@ def test_too_few_points_have_no_convergence_point():
         conv.explain()
         == "No validity/perplexity ratio: val/ppl has too few points (3 < 4); no Level 0 validity records"
     )
-    assert conv.validity == {}
+    assert conv.explain(analysis.P_VALID_KEY).endswith("(3 < 4); no Level 0 p_valid records")
+    assert conv.validity == {} and conv.p_valid == {}
 
 
-def test_proportion_se_is_never_zero():
-    assert analysis.proportion_se(0.0, 100) == pytest.approx(math.sqrt(1 / 102 * 101 / 102 / 100))
-    assert analysis.proportion_se(0.5, None) is None and analysis.proportion_se(0.5, 0) is None
+def test_greedy_flips_are_its_noise_and_p_valid_is_judged_on_its_own_se(tmp_path):
+    """Issue 25: from VALIDITY_AT on, greedy validity flips between two values from one
+    checkpoint to the next, in every language at once, while p_valid (with a small
+    p_valid_se) settles at VALIDITY_AT and perplexity at PPL_AT."""
+    conv = _convergence(make_run(tmp_path, validity="flips"))
+    assert conv.ppl.converged_at == PPL_AT
+    for key, curve in conv.validity.items():
+        low, high = FLIPS[keys.metric(key).name]
+        flipping = [i for i, t in enumerate(curve.tokens) if t >= VALIDITY_AT]
+        amplitude = float(np.std([curve.values[i] for i in flipping]))
+        assert amplitude == pytest.approx((high - low) / 2, rel=0.02)  # alternating: half the jump
+        # on its binomial SE alone (5-30x smaller) the detector takes the flips for movement
+        binomial = [stats.proportion_se(v, N[keys.language_of(key)]) for v in curve.values]
+        assert max(binomial[i] for i in flipping) < amplitude / 5
+        assert stats.detect_convergence(curve.tokens, curve.values, binomial).state == stats.MOVING
+        # the report's SE of every flipping point covers the flips...
+        assert min(curve.se[i] for i in flipping) >= amplitude
+        # ...so the curve is judged on its level: it rose from near 0 (beyond noise) to the
+        # middle of the flips and stays there. The scatter is pooled over the 7 nearest
+        # checkpoints, so the flips' noise reaches up to LOCAL_HALF checkpoints back into
+        # the rise, and the flat tail may start that much before the flips.
+        assert curve.state == stats.CONVERGED, key
+        start, flips_at = curve.tokens.index(curve.converged_at), curve.tokens.index(VALIDITY_AT)
+        assert flips_at - stats.LOCAL_HALF <= start <= flips_at
+    # p_valid is judged on the SE its probe recorded, and converges where it settles
+    for key, curve in conv.p_valid.items():
+        lang = keys.language_of(key)
+        assert curve.se == pytest.approx([p_valid_se(int(t), lang, "converges") for t in curve.tokens])
+        assert max(curve.se) < 0.01 and curve.noise_from == analysis.FROM_P_VALID_SE
+        assert curve.state == stats.CONVERGED and curve.converged_at == VALIDITY_AT
+    r = conv.p_valid_ratio
+    assert r.value == pytest.approx(VALIDITY_AT / PPL_AT) and r.lo <= r.value <= r.hi
+    assert conv.explain(analysis.P_VALID_KEY) == (
+        f"Level 0 expected validity (all, p_valid) converges after 2.00x the tokens of perplexity "
+        f"(95% CI {r.lo:.2f}-{r.hi:.2f}; 200,000 vs 100,000 tokens seen)"
+    )
+    # the headline stays V_partial's, uncertain by the flips
+    headline = conv.ratio
+    assert headline.value == pytest.approx(conv.headline.converged_at / PPL_AT)
+    assert headline.lo <= headline.value <= headline.hi and headline.hi - headline.lo > r.hi - r.lo
 
 
 def _tau_by_pair_count(x: list[float], y: list[float]) -> float:

@@ -28,6 +28,46 @@ def test_figures_without_probe_records_say_so_instead_of_failing(tmp_path):
     assert all((tmp_path / "fig" / f"{name}.png").stat().st_size > 0 for name in ("tiers", "mcqa"))
 
 
+def _conv(run):
+    return analysis.convergence(read_jsonl(run / "metrics.jsonl"), records.read(run / "probes.jsonl"))
+
+
+def test_the_convergence_figure_draws_p_valid_in_a_panel_of_its_own_with_its_se(tmp_path):
+    conv = _conv(make_run(tmp_path, validity="flips"))
+    fig = figures.convergence_figure(conv)
+    ppl, greedy, p_valid = fig.axes[:3]
+    assert "perplexity" in ppl.get_ylabel() and "greedy" in greedy.get_ylabel()
+    assert p_valid.get_ylabel() == "expected validity p_valid (0-1)"
+    curves = {line.get_label(): line for line in p_valid.lines}
+    assert {f"p_valid {lang}" for lang in ("all", "en", "ja", "ko", "zh")} <= set(curves)
+    want = conv.p_valid[analysis.P_VALID_KEY]
+    assert list(curves["p_valid all"].get_ydata()) == want.values
+    # its band: one p_valid_se either side of each point
+    band = {tuple(v) for v in p_valid.collections[0].get_paths()[0].vertices.round(9)}
+    for x, y, se in zip(want.tokens, want.values, want.se, strict=True):
+        assert (round(x, 9), round(y - se, 9)) in band and (round(x, 9), round(y + se, 9)) in band
+    # the greedy panel holds V partial and strict, no p_valid
+    assert (
+        sum(list(line.get_ydata()) == c.values for c in conv.validity.values() for line in greedy.lines) == 10
+    )
+    assert not any(line.get_label().startswith("p_valid") for line in greedy.lines)
+    # the title states both ratios
+    title = " ".join(fig.get_suptitle().split())
+    assert conv.explain() in title and conv.explain(analysis.P_VALID_KEY) in title
+
+
+def test_records_without_p_valid_say_so_in_its_panel(tmp_path):
+    run = make_run(tmp_path)
+    rows = records.read(run / "probes.jsonl")
+    for r in rows:
+        for key in [k for k in r.metrics if "p_valid" in k]:
+            del r.metrics[key]
+    conv = analysis.convergence(read_jsonl(run / "metrics.jsonl"), rows)
+    p_valid = figures.convergence_figure(conv).axes[2]
+    assert [t.get_text() for t in p_valid.texts] == ["no p_valid in the Level 0 records (probes.jsonl)"]
+    assert conv.explain(analysis.P_VALID_KEY) == "No p_valid/perplexity ratio: no Level 0 p_valid records"
+
+
 def test_the_accuracy_panel_draws_the_keys_protocols_under_their_labels():
     assert list(figures.PROTOCOL_STYLES) == ["letter_separate", "letter_merged", "cloze", "dashed"]
     assert figures.PROTOCOL_STYLES["letter_merged"] == ("tab:blue", "--")

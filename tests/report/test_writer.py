@@ -9,9 +9,9 @@ import pytest
 from bytecanary.cli import main
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_jsonl
-from bytecanary.report import figures
+from bytecanary.report import analysis, figures
 from bytecanary.report.tables import Column
-from bytecanary.report.writer import report_summary, write_report
+from bytecanary.report.writer import _scalars, load_run, report_summary, write_report
 
 from .runs import is_png, make_run
 
@@ -25,9 +25,16 @@ def test_report_writes_valid_pngs(reported):
 def test_report_md_holds_the_tables_and_commands(reported):
     run = reported[0]
     md = (run / "report" / "report.md").read_text(encoding="utf-8")
-    want = "converges after 2.00x the tokens of perplexity (95% CI 2.00-2.00; 200,000 vs 100,000 tokens seen)"
-    assert want in md
+    # V_partial's CI is wider than p_valid's: its points' SE is at least the scatter between
+    # checkpoints, which here is about its binomial SE, give or take what 7 residuals can tell
+    head = "converges after 2.00x the tokens of perplexity (95% CI {}; 200,000 vs 100,000 tokens seen)"
+    assert (
+        f"\n\nLevel 0 validity (all, partial) {head.format('1.80-2.00')} (the paper reports about 2x).\n"
+        in md
+    )
+    assert f"\n\nLevel 0 expected validity (all, p_valid) {head.format('2.00-2.00')}.\n" in md
     assert "One detector judges every curve" in md and "parametric bootstrap" in md
+    assert "the larger of the probe's binomial SE from its n and the scatter of the checkpoints" in md
     for title in (
         "per checkpoint",
         "Convergence (one detector for every curve",
@@ -40,7 +47,9 @@ def test_report_md_holds_the_tables_and_commands(reported):
     assert "| 100,000 | 24 | 20.1 |" in md  # the per-checkpoint table, perplexity merged in
     assert "| val/ppl | 20 | converged | 100,000 | 1.00 | 16 |" in md
     assert "| probe/level0/all/all/partial | 20 | converged | 200,000 | 2.00 | 11 |" in md
-    assert "| curve |" in md and "| probe (n) |" in md  # where each curve's noise comes from
+    assert "| probe/level0/ja/all/p_valid | 20 | converged | 200,000 | 2.00 | 11 |" in md
+    # where each curve's noise comes from
+    assert "| curve |" in md and "| max(probe n, local scatter) |" in md and "| probe (p_valid_se) |" in md
     assert f"bytecanary train --config {run}/config.yaml --run.name=run-rerun" in md
     assert f"bytecanary probe {run}/checkpoints --config {run}/config.yaml --out {run}/probes.jsonl" in md
     assert f"bytecanary report {run}" in md
@@ -50,6 +59,7 @@ def test_report_md_holds_the_tables_and_commands(reported):
 def test_headers_say_which_way_is_better(reported):
     md = (reported[0] / "report" / "report.md").read_text(encoding="utf-8")
     assert "| tokens seen | step | val ppl ↓ | V partial all ↑ |" in md
+    assert "| V strict zh ↑ | p_valid all ↑ | p_valid en ↑ |" in md and "| p_valid SE all |" in md
     assert "| tokens seen | step | wordcomp letter, separate ↑ |" in md
     assert "| task | letter sep acc ↑ | letter merged acc ↑ | cloze acc ↑ | M&D acc ↑ | fsi ↓ | psi ↓" in md
     # a count, a p-value and a CI bound have no direction
@@ -62,7 +72,10 @@ def test_cli_prints_the_summary_and_path(reported):
     assert stdout == report_summary(run) + "\n"
     assert "validation perplexity converges at 100,000 tokens seen (slope" in stdout
     assert "Level 0 validity (all, partial) converges at 200,000 tokens seen (slope" in stdout
-    assert "validity/perplexity tokens: 2.00x (95% CI 2.00-2.00; the paper reports about 2x)" in stdout
+    # wider than p_valid's CI: see test_report_md_holds_the_tables_and_commands
+    assert "validity/perplexity tokens: 2.00x (95% CI 1.80-2.00; the paper reports about 2x)" in stdout
+    assert "Level 0 expected validity (all, p_valid) converges at 200,000 tokens seen (slope" in stdout
+    assert "p_valid/perplexity tokens: 2.00x (95% CI 2.00-2.00)" in stdout
     assert str(run / "report" / "report.md") in stdout
 
 
@@ -73,7 +86,9 @@ def test_perplexity_only_run(tmp_path):
     assert (out / "tiers.png").stat().st_size > 0 and (out / "mcqa.png").stat().st_size > 0
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "No validity/perplexity ratio: no Level 0 validity records." in md and "## MCQA" not in md
+    assert "No p_valid/perplexity ratio: no Level 0 p_valid records." in md
     assert "validity/perplexity tokens: n/a (no Level 0 validity records)" in report_summary(run)
+    assert "\np_valid/perplexity tokens: n/a (no Level 0 p_valid records)" in report_summary(run)
 
 
 @pytest.mark.parametrize(
@@ -88,6 +103,8 @@ def test_report_says_in_words_why_there_is_no_ratio(tmp_path, shape, words):
     assert summary[0].startswith("validation perplexity converges at 100,000 tokens seen")
     assert summary[1].startswith(f"Level 0 validity (all, partial) {words} (")
     assert summary[2] == f"validity/perplexity tokens: n/a (validity {words})"
+    assert summary[3].startswith(f"Level 0 expected validity (all, p_valid) {words} (")
+    assert summary[4] == f"p_valid/perplexity tokens: n/a (p_valid {words})"
     assert "(95% CI" not in report_summary(run)  # no ratio from a curve that did not converge
 
 
@@ -153,6 +170,45 @@ def test_report_logs_figures_to_the_runs_offline_wandb_run(tmp_path, monkeypatch
     assert {"convergence", "mcqa"} <= tables
     chart_dir = newest / "files" / "media" / "table" / "report" / "chart"
     charts = {p.name.split("_table")[0] for p in chart_dir.glob("*.json")}
-    assert charts == {"ppl_vs_tokens", "validity_vs_tokens"}  # line_series: the values behind the charts
+    # line_series: the values behind the charts
+    assert charts == {"ppl_vs_tokens", "validity_vs_tokens", "p_valid_vs_tokens"}
     rows = json.loads(next(chart_dir.glob("validity_vs_tokens*.json")).read_text())["data"]
-    assert {r[1] for r in rows} >= {"probe/level0/all/all/partial", "probe/level0/all/all/strict"}
+    assert {r[1] for r in rows} == set(analysis.VALIDITY_KEYS)
+    rows = json.loads(next(chart_dir.glob("p_valid_vs_tokens*.json")).read_text())["data"]
+    assert {r[1] for r in rows} == set(analysis.P_VALID_KEYS)
+
+
+def test_wandb_summary_numbers_hold_both_ratios(tmp_path):
+    run = make_run(tmp_path)
+    data = load_run(run)
+    conv = analysis.convergence(data.metrics, data.probes)
+    numbers = _scalars(conv, {})
+    for name, r, curve in (
+        ("validity", conv.ratio, conv.headline),
+        ("p_valid", conv.p_valid_ratio, conv.p_valid[analysis.P_VALID_KEY]),
+    ):
+        assert numbers[f"report/{name}_converged_tokens"] == curve.converged_at == 200_000
+        assert [numbers[f"report/{name}_ppl_ratio{end}"] for end in ("", "_lo", "_hi")] == [
+            r.value,
+            r.lo,
+            r.hi,
+        ]
+
+
+def test_report_states_both_ratios_when_greedy_validity_flips(tmp_path):
+    """The flipping run of test_analysis: report.md and the summary give p_valid's ratio beside
+    V_partial's, and say what each curve's noise is."""
+    run = make_run(tmp_path, validity="flips")
+    md = (write_report(run, wandb=False) / "report.md").read_text(encoding="utf-8")
+    data = load_run(run)
+    conv = analysis.convergence(data.metrics, data.probes)
+    assert f"\n\n{conv.explain()} (the paper reports about 2x).\n" in md
+    assert f"\n\n{conv.explain(analysis.P_VALID_KEY)}.\n" in md
+    assert conv.ratio is not None and conv.p_valid_ratio is not None
+    assert "| probe/level0/all/all/p_valid | 40 | converged | 200,000 | 2.00 |" in md
+    partial = next(
+        line for line in md.splitlines() if line.startswith("| probe/level0/all/all/partial | 40 |")
+    )
+    assert "| converged |" in partial and partial.endswith("| max(probe n, local scatter) |")
+    r = conv.p_valid_ratio
+    assert f"p_valid/perplexity tokens: 2.00x (95% CI {r.lo:.2f}-{r.hi:.2f})" in report_summary(run)
