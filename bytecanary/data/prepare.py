@@ -193,7 +193,12 @@ def _snapshot(cfg: DataConfig, corpus_dir: Path, shard_dir: Path, tmp: Path) -> 
     return {"budgets": list(budgets)}
 
 
-def _evalsets(cfg: DataConfig, corpus_dir: Path, snapshot_dir: Path, tmp: Path) -> dict:
+def _evalsets(cfg: DataConfig, corpus_dir: Path, snapshot_dir: Path, tok_dir: Path, tmp: Path) -> dict:
+    """Level 0, Level 1 and the word-completion pools; the pools' distractors match their
+    gold ending's token count under the data's tokenizer, the one its runs train with."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
     snapshot = json.loads((snapshot_dir / "chars.json").read_text(encoding="utf-8"))
     budget = str(cfg.eval.tier_budget) if cfg.eval.tier_budget is not None else "all"
     level1: list[evalsets.Level1Sample] = []
@@ -214,14 +219,14 @@ def _evalsets(cfg: DataConfig, corpus_dir: Path, snapshot_dir: Path, tmp: Path) 
             cfg.seed,
         )
         level1 += samples
-        items = wordcomp.build_items(
-            read_documents(corpus_dir / lang / "val.jsonl"), lang, cfg.eval.wordcomp_per_language, cfg.seed
-        )
+        heldout = read_documents(corpus_dir / lang / "val.jsonl")
+        items, dropped = wordcomp.build_items(heldout, lang, cfg.eval.wordcomp_per_language, cfg.seed, tok)
         wordcomp.write_items(tmp / wordcomp.file_name(lang), items)
         sizes[lang] = {
             "level0": {t: sum(e.tier == t for e in level0.entries) for t in evalsets.TIERS},
             "level1": {s: sum(x.source == s for x in samples) for s in ("heldout", "template")},
             "wordcomp": len(items),
+            "wordcomp_dropped": dropped,
         }
     write_json(tmp / "level1.json", evalsets.level1_json(level1))
     return {"tier_budget": budget, "sizes": sizes}
@@ -260,14 +265,21 @@ def prepare(config_path: str | Path, out: str | Path | None = None, verify: bool
     snap = run_stage(
         out, "snapshot", snap_key, lambda tmp: _snapshot(cfg, out / "corpus", out / "shards", tmp)
     )
-    eval_key = {"snapshot": snap["hash"], "eval": asdict(cfg.eval), "seed": cfg.seed}
+    # the tokenizer is in the snapshot's hash already; named here because the word-completion
+    # pools read it, so folders whose pools predate token matching rebuild them
+    eval_key = {
+        "snapshot": snap["hash"],
+        "tokenizer": tok["tokenizer_hash"],
+        "eval": asdict(cfg.eval),
+        "seed": cfg.seed,
+    }
     eval_files = ["level1.json"]
     eval_files += [name for lang in cfg.mixture for name in (f"level0_{lang}.json", wordcomp.file_name(lang))]
     evals = run_stage(
         out,
         "evalsets",
         eval_key,
-        lambda tmp: _evalsets(cfg, out / "corpus", out / "snapshot", tmp),
+        lambda tmp: _evalsets(cfg, out / "corpus", out / "snapshot", out / "tokenizer", tmp),
         eval_files,
     )
     print(summary(cfg, out, tok, evals))

@@ -8,6 +8,16 @@ model. The ending continues the context directly (no delimiter), so cloze scorin
 as the text's next bytes; the answer position cycles through 0-3, so a position bias
 cannot pass for skill.
 
+The right ending is often part of a word the tokenizer merged, so it would be scored in
+fewer tokens than a distractor, and an untrained model, which gives every token about the
+same log-probability, would pick it nearly every time: the score would measure the
+tokenizer. So every distractor gives the question as many tokens as the right ending does
+under the data's tokenizer (the one its runs train with). The probe scores the tokens after
+the prefix the four encodings share (lm-evaluation-harness's encoding), so equal totals
+mean equal numbers of scored tokens. Matching counts favours endings that, like a merged
+gold, make a word with the first half; such an ending would be right too, so none may.
+An occurrence with fewer than three distractors left is dropped, and counted.
+
 The eval-set stage writes a pool per language to ``evalsets/mcqa_wordcomp_<lang>.jsonl``,
 one JSON object per line. Items are drawn in one seeded order and the pool stops at its
 size, so the first n items of any pool are the items a pool of n would hold: a probe
@@ -19,6 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +41,7 @@ from bytecanary.io import atomic_path, read_text
 
 VOCABULARY = 20_000  # target words come from the language's most frequent wordfreq words
 MIN_CONTEXT = 8  # characters of the sentence before the target word
+FIRST_BATCH = 16  # candidate distractors encoded at once, doubling until three match
 FIELDS = ("id", "task", "language", "question", "choices", "answer", "continuation", "delimiter")
 _TYPES = {"id": str, "task": str, "language": str, "question": str, "continuation": bool, "delimiter": str}
 
@@ -68,9 +80,32 @@ def _endings(known: set[str]) -> dict[int, list[str]]:
     return {length: sorted(halves) for length, halves in by_length.items()}
 
 
-def build_items(heldout_docs: Iterable[str], language: str, n: int, seed: int) -> list[dict]:
+def _token_counts(tokenizer: Any, texts: list[str]) -> list[int]:
+    """Tokens of each text as the probe encodes it (no special tokens), in one batch."""
+    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def _distractors(tokenizer: Any, question: str, right: str, candidates: list[str]) -> list[str]:
+    """The first three ``candidates`` that give ``question`` as many tokens as ``right``
+    does (fewer when too few do), encoded in doubling batches: most items need one."""
+    want = _token_counts(tokenizer, [question + right])[0]
+    picked: list[str] = []
+    start, size = 0, FIRST_BATCH
+    while start < len(candidates) and len(picked) < 3:
+        batch = candidates[start : start + size]
+        counts = _token_counts(tokenizer, [question + e for e in batch])
+        picked += [e for e, count in zip(batch, counts, strict=True) if count == want]
+        start, size = start + size, size * 2
+    return picked[:3]
+
+
+def build_items(
+    heldout_docs: Iterable[str], language: str, n: int, seed: int, tokenizer: Any
+) -> tuple[list[dict], int]:
     """Up to ``n`` items from every word occurrence of the held-out documents, in a seeded
-    order; an occurrence whose ending has fewer than three distractors is passed over."""
+    order, and how many occurrences were dropped on the way for want of three distractors:
+    endings of the gold's length, spelling no vocabulary word with the first half, that
+    give the question the gold's token count under ``tokenizer`` (the run's)."""
     lang = LANGUAGES[language]
     known = _vocabulary(language)
     longest = max(map(len, known))
@@ -84,21 +119,24 @@ def build_items(heldout_docs: Iterable[str], language: str, n: int, seed: int) -
     endings = _endings(known)
     rng = np.random.default_rng([seed, 7, sorted(LANGUAGES).index(language)])
     items: list[dict] = []
+    dropped = 0
     for i in rng.permutation(len(found)):
         context, word = found[i]
         half = len(word) // 2
-        right = word[half:]
-        pool = [e for e in endings[len(right)] if e != right]
-        if len(pool) < 3:
+        question, right = context + word[:half], word[half:]
+        # an ending that makes another vocabulary word of the first half would be right too
+        pool = [e for e in endings[len(right)] if word[:half] + e not in known]
+        others = _distractors(tokenizer, question, right, [pool[j] for j in rng.permutation(len(pool))])
+        if len(others) < 3:
+            dropped += 1
             continue
-        others = [pool[j] for j in rng.choice(len(pool), 3, replace=False)]
         answer = len(items) % 4
         items.append(
             {
                 "id": f"wordcomp_{language}-{len(items)}",
                 "task": f"wordcomp_{language}",
                 "language": language,
-                "question": context + word[:half],
+                "question": question,
                 "choices": [*others[:answer], right, *others[answer:]],
                 "answer": answer,
                 "continuation": True,
@@ -107,7 +145,7 @@ def build_items(heldout_docs: Iterable[str], language: str, n: int, seed: int) -
         )
         if len(items) == n:
             break
-    return items
+    return items, dropped
 
 
 def write_items(path: Path, items: list[dict]) -> None:

@@ -1,11 +1,13 @@
-"""The embedded word-completion pool: written by prepare, the items the probe used to build."""
+"""The embedded word-completion pool: written by prepare, its distractors matched in token count."""
 
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from transformers import AutoTokenizer
 
 from bytecanary.data import wordcomp
 from bytecanary.data.corpus import read_documents, word_distribution
@@ -19,9 +21,13 @@ from ..conftest import SMALL
 POOL = 256  # the default eval.wordcomp_per_language; the small data has more occurrences
 
 
-def probe_time_items(data_dir: Path, language: str, n: int, seed: int) -> list[tuple]:
-    """The reference: ``probes.mcqa.tasks.word_completion_items`` as it was when the probe
-    built the items from held-out text itself, returning (question, choices, answer)."""
+def reference_items(data_dir: Path, language: str, n: int, seed: int, tok: Any) -> tuple[list[tuple], int]:
+    """The reference, written out plainly: (question, choices, answer) of the first ``n``
+    items and the occurrences dropped on the way. The order and the vocabulary halves are
+    those the probe drew when it built the items from held-out text itself; the distractors
+    are the first three endings, in a seeded order, that spell no vocabulary word with the
+    first half and give the question the gold ending's token count under ``tok``, each
+    encoded on its own as the probe encodes a text."""
     lang = LANGUAGES[language]
     path = Path(data_dir) / "corpus" / language / "val.jsonl"
     minimum = 4 if language == "en" else 2
@@ -56,19 +62,32 @@ def probe_time_items(data_dir: Path, language: str, n: int, seed: int) -> list[t
         by_length.setdefault(len(word) - len(word) // 2, set()).add(word[len(word) // 2 :])
     endings = {n: sorted(e) for n, e in by_length.items()}
     items: list[tuple] = []
+    dropped = 0
     for i in rng.permutation(len(found)):
         context, word = found[i]
         half = len(word) // 2
-        right = word[half:]
-        pool = [e for e in endings[len(right)] if e != right]
-        if len(pool) < 3:
+        question, right = context + word[:half], word[half:]
+        pool = [e for e in endings[len(right)] if word[:half] + e not in known]
+        want = len(tok.encode(question + right, add_special_tokens=False))
+        others = []
+        for j in rng.permutation(len(pool)):
+            if len(tok.encode(question + pool[j], add_special_tokens=False)) == want:
+                others.append(pool[j])
+                if len(others) == 3:
+                    break
+        if len(others) < 3:
+            dropped += 1
             continue
-        others = [pool[j] for j in rng.choice(len(pool), 3, replace=False)]
         answer = len(items) % 4
-        items.append((context + word[:half], (*others[:answer], right, *others[answer:]), answer))
+        items.append((question, (*others[:answer], right, *others[answer:]), answer))
         if len(items) == n:
             break
-    return items
+    return items, dropped
+
+
+@pytest.fixture(scope="module")
+def tok(small_data):
+    return AutoTokenizer.from_pretrained(str(small_data / "tokenizer"))
 
 
 def _pool(data: Path, lang: str) -> Path:
@@ -76,16 +95,43 @@ def _pool(data: Path, lang: str) -> Path:
 
 
 @pytest.mark.parametrize("lang", sorted(SMALL["mixture"]))
-def test_pool_holds_the_items_the_probe_built(small_data, lang):
+def test_pool_holds_the_reference_items(small_data, tok, lang):
     items = wordcomp.load_items(_pool(small_data, lang))
-    want = probe_time_items(small_data, lang, POOL, SMALL["seed"])
+    want, dropped = reference_items(small_data, lang, POOL, SMALL["seed"], tok)
     assert len(items) == len(want) == POOL
     for got, (question, choices, answer) in zip(items, want, strict=True):
         assert (got["question"], tuple(got["choices"]), got["answer"]) == (question, choices, answer)
+    stage = json.loads((small_data / "evalsets" / "stage.json").read_text(encoding="utf-8"))
+    assert stage["sizes"][lang]["wordcomp_dropped"] == dropped
     # the first n of the pool are the n items a probe asking for n drew
-    assert [(i["question"], tuple(i["choices"]), i["answer"]) for i in items[:12]] == probe_time_items(
-        small_data, lang, 12, SMALL["seed"]
-    )
+    got12 = [(i["question"], tuple(i["choices"]), i["answer"]) for i in items[:12]]
+    assert got12 == reference_items(small_data, lang, 12, SMALL["seed"], tok)[0]
+
+
+def test_distractors_match_the_gold_token_count_and_are_no_words(small_data, tok):
+    for lang in SMALL["mixture"]:
+        known = set(word_distribution(lang, 20_000)[0])
+        for item in wordcomp.load_items(_pool(small_data, lang)):
+            question, right = item["question"], item["choices"][item["answer"]]
+            counts = {len(tok.encode(question + c, add_special_tokens=False)) for c in item["choices"]}
+            assert len(counts) == 1, item
+            # the question ends with the first half of a word that ``right`` completes (a half
+            # as long as ``right`` or one shorter); no distractor spells a word with it
+            others = [c for c in item["choices"] if c != right]
+            halves = [
+                question[-k:] for k in (len(right), len(right) - 1) if k and question[-k:] + right in known
+            ]
+            assert any(not any(half + c in known for c in others) for half in halves), item
+
+
+def test_dropped_occurrences_are_counted(small_data, gpt2_tokenizer):
+    """The test suite's 400-token GPT-2 tokenizer splits Korean into bytes: some endings
+    find no three distractors of their token count, and those occurrences are dropped."""
+    docs = list(read_documents(small_data / "corpus" / "ko" / "val.jsonl"))
+    items, dropped = wordcomp.build_items(docs, "ko", POOL, SMALL["seed"], gpt2_tokenizer)
+    want, want_dropped = reference_items(small_data, "ko", POOL, SMALL["seed"], gpt2_tokenizer)
+    assert [(i["question"], tuple(i["choices"]), i["answer"]) for i in items] == want
+    assert dropped == want_dropped > 0
 
 
 def test_file_shape(small_data):
@@ -100,11 +146,11 @@ def test_file_shape(small_data):
         assert item["continuation"] is True and item["delimiter"] == ""
 
 
-def test_pool_size_bounds_the_items(small_data):
+def test_pool_size_bounds_the_items(small_data, tok):
     docs = list(read_documents(small_data / "corpus" / "ko" / "val.jsonl"))
-    few = wordcomp.build_items(docs, "ko", 5, SMALL["seed"])
+    few, _ = wordcomp.build_items(docs, "ko", 5, SMALL["seed"], tok)
     assert few == wordcomp.load_items(_pool(small_data, "ko"))[:5]
-    assert wordcomp.build_items(docs, "ko", 5, SMALL["seed"] + 1) != few
+    assert wordcomp.build_items(docs, "ko", 5, SMALL["seed"] + 1, tok)[0] != few
 
 
 def test_older_data_folder_gains_the_pool_without_new_shards(small_data, tmp_path, capsys):
