@@ -78,7 +78,7 @@ METRICS: dict[str, Metric] = {
         _m("ema", True, "mean", "exponential moving average of V_partial over the steps"),
         _m("partial@t", True, "mean", "V_partial after t generated tokens (partial@t1..)"),
         # expected validity from the model's distribution along the greedy path (smooth in the weights)
-        _m("p_valid", True, "mean", "mass on tokens that keep the stream valid UTF-8, mean over steps"),
+        _m("p_valid", True, "mean", "mass on tokens that keep the stream valid UTF-8, first step"),
         _m("p_valid_se", None, "mean", "standard error of p_valid over the samples"),
         _m("p_valid@t", True, "mean", "mass on tokens that keep the stream valid at step t (p_valid@t1..)"),
         _m("p_complete", True, "mean", "mass on tokens completing the prompt's pending character, step 1"),

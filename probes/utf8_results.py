@@ -77,10 +77,12 @@ def group_metrics(r: SampleResults, mask: np.ndarray, term_match: bool) -> dict[
 
 
 def _expected_metrics(p_valid: np.ndarray, p_complete: np.ndarray) -> dict[str, float]:
-    """p_valid (each sample's mean over its steps, then over samples) with its SE over the
-    samples, per step; p_complete at the first step (the prompt's own pending character)
-    and per step, over the samples with a character pending there."""
-    per_sample = np.nanmean(p_valid, axis=1)
+    """p_valid and p_complete per step, over the samples live (and with a character pending)
+    there. The headline ``p_valid`` is the first step's, with its SE over the samples: the
+    prompt alone decides it, so it is continuous in the weights, where later steps follow a
+    greedy path that can flip; ``p_complete`` is the first step's too (the prompt's own
+    pending character)."""
+    per_sample = p_valid[:, 0]  # every sample generates at least one token
     n = len(per_sample)
     out = {"p_valid": float(per_sample.mean())}
     out["p_valid_se"] = float(per_sample.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0

@@ -235,9 +235,9 @@ def summarise(rows: list[dict], term_match: bool) -> dict[str, float]:
 
 
 def summarise_expected(rows: list[dict]) -> dict[str, float]:
-    """p_valid (per sample over its steps, then over samples) and its SE; per step p_valid@t
-    and p_complete@t over the samples live (and with a character pending) there."""
-    per_sample = [statistics.fmean(r["p_valid_t"]) for r in rows]
+    """p_valid at the first step and its SE; per step p_valid@t and p_complete@t over the
+    samples live (and with a character pending) there."""
+    per_sample = [r["p_valid_t"][0] for r in rows]
     out = {"p_valid": statistics.fmean(per_sample)}
     out["p_valid_se"] = statistics.stdev(per_sample) / math.sqrt(len(rows)) if len(rows) > 1 else 0.0
     for name in ("p_valid", "p_complete"):
