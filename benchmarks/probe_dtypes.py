@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import torch
-from probe_throughput import random_model, work_flops
+from probe_throughput import matmul_flops, random_model, work_flops
 from transformers import AutoTokenizer
 
 from bytecanary import keys
@@ -45,18 +45,6 @@ def cpu_name() -> str:
     flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
     bf16 = [f for f in flags if "bf16" in f]
     return f"{name or platform.processor()} ({', '.join(bf16) or 'no bf16 flags'}), {os.cpu_count()} cores"
-
-
-def matmul_rate(dtype: torch.dtype, n: int = 1024, repeat: int = 5) -> float:
-    """Best FLOP/s of an n x n matmul in ``dtype`` on torch's threads."""
-    a = torch.randn(n, n).to(dtype)
-    a @ a
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        a @ a
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best
 
 
 def probes(per_language: int) -> list:
@@ -116,7 +104,7 @@ def main() -> None:
     parser.add_argument("--shapes", default="tiny,medium", help="random shapes to compare")
     parser.add_argument("--checkpoint", action="append", default=[], help="a trained weights file, too")
     args = parser.parse_args()
-    rates = {d: matmul_rate(t) / 1e9 for d, t in DTYPES.items()}
+    rates = {d: matmul_flops(1024, dtype=t) / 1e9 for d, t in DTYPES.items()}
     print(f"torch {torch.__version__}  threads {torch.get_num_threads()}  CPU: {cpu_name()}")
     print(f"1024^2 matmul: float32 {rates['float32']:.1f} GFLOP/s, bfloat16 {rates['bfloat16']:.1f} GFLOP/s")
     for shape in [s for s in args.shapes.split(",") if s]:

@@ -44,9 +44,9 @@ SHAPES = {  # GPT-2 medium's shape with the 8K vocabulary (configs/gpt2-355m.yam
 }
 
 
-def matmul_flops(n: int = 2048, repeat: int = 5) -> float:
-    """Best fp32 FLOP/s of an n x n matmul: the machine's attainable peak right now."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_flops(n: int = 2048, repeat: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """Best FLOP/s of an n x n matmul in ``dtype``: the machine's attainable peak right now."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
     torch.matmul(a, b)
     best = min(_timed(lambda: torch.matmul(a, b)) for _ in range(repeat))
     return 2 * n**3 / best
