@@ -1,7 +1,8 @@
 """The probe tables that ``bytecanary probe`` and ``bytecanary demo`` print.
 
-One row per probed checkpoint: step, tokens seen, the headline metrics, then one column
-per language. Level 0 adds V_partial by frequency tier at the last checkpoint; MCQA
+One row per probed checkpoint: step, tokens seen, the headline metrics (greedy validity
+beside ``p_valid``, the expected validity that does not flip with the argmax), then one
+column per language. Level 0 adds V_partial by frequency tier at the last checkpoint; MCQA
 averages each protocol over a task group, shows each benchmark task (a ``datasets`` task)
 on rows of its own, and adds the cross-checkpoint statistics, which ``add_mcqa_series``
 also puts into the W&B run's summary. Rows come from ``probes.jsonl``,
@@ -39,6 +40,7 @@ TABLES = {
         [
             ("partial", keys.level0(metric="partial")),
             ("strict", keys.level0(metric="strict")),
+            ("p_valid", keys.level0(metric="p_valid")),
             ("gold win", keys.level0(metric="gold_win_rate")),
             ("ppl", keys.level0(metric="ppl")),
         ],
@@ -49,6 +51,7 @@ TABLES = {
         [
             ("term match", keys.level1(metric="term_match")),
             ("partial", keys.level1(metric="partial")),
+            ("p_valid", keys.level1(metric="p_valid")),
             ("gold win", keys.level1(metric="gold_win_rate")),
         ],
         lambda lang: keys.level1(lang, metric="term_match"),

@@ -21,6 +21,7 @@ def _level0(step: int) -> dict:
     m = {
         "probe/level0/all/all/partial": 0.5 + 0.1 * step,
         "probe/level0/all/all/strict": 0.25,
+        "probe/level0/all/all/p_valid": 0.125 * step,
         "probe/level0/all/all/gold_win_rate": 1.0,
         "probe/level0/all/all/ppl": 1234.5678,
         "probe/level0/ja/all/partial": 0.8,
@@ -46,8 +47,9 @@ def _mcqa(step: int, sep: float, merged: float) -> dict:
 def records(tmp_path) -> Path:
     rows = [_record(1, "level0", _level0(1)), _record(2, "level0", _level0(2))]
     rows.append(_record(2, "level0", {"probe/level0/all/all/partial": 0.0}, status="failed"))
-    rows.append(_record(2, "level1", {"probe/level1/all/term_match": 0.0, "probe/level1/all/partial": 0.963,
-                                      "probe/level1/zh/term_match": 0.5}))  # fmt: skip
+    level1 = {"probe/level1/all/term_match": 0.0, "probe/level1/all/partial": 0.963}
+    level1 |= {"probe/level1/all/p_valid": 0.375, "probe/level1/zh/term_match": 0.5}
+    rows.append(_record(2, "level1", level1))
     for step, (sep, merged) in enumerate([(0.2, 0.3), (0.5, 0.9), (0.7, 0.4)], start=1):
         rows.append(_record(step, "mcqa", _mcqa(step, sep, merged)))
     write_jsonl(tmp_path / "probes.jsonl", rows)
@@ -63,12 +65,13 @@ def _row(text: str, title: str, name: str) -> list[str]:
 def test_level0_table_has_headline_language_and_tier_columns(records):
     text = summary(records)
     head = f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(
-        f"{n:>11}" for n in ("partial", "strict", "gold win", "ppl", "en", "ja")
+        f"{n:>11}" for n in ("partial", "strict", "p_valid", "gold win", "ppl", "en", "ja")
     )
     assert text.startswith("Level 0 (context-free validity)\n" + head + "\n")
-    assert _row(text, "Level 0", "step0000001.ckpt") == ["step0000001.ckpt", "1", "4,096", "0.600", "0.250",
-                                                          "1.000", "1234.568", "0.900", "0.800"]  # fmt: skip
-    assert _row(text, "Level 0", "step0000002.ckpt")[3] == "0.700"  # the failed record is ignored
+    cells = ["0.600", "0.250", "0.125", "1.000", "1234.568", "0.900", "0.800"]
+    assert _row(text, "Level 0", "step0000001.ckpt") == ["step0000001.ckpt", "1", "4,096", *cells]
+    step2 = ["0.700", "0.250", "0.250"]  # the failed record is ignored
+    assert _row(text, "Level 0", "step0000002.ckpt")[3:6] == step2
     tiers = ["common", "uncommon", "rare", "unseen", "unseen_3b"]
     assert _row(text, "Level 0", "partial by tier, step 2")[-5:] == tiers
     assert _row(text, "partial by tier", "en") == ["en", "0.100", "-", "0.200", "-", "-"]
@@ -76,9 +79,9 @@ def test_level0_table_has_headline_language_and_tier_columns(records):
 
 def test_level1_table_only_has_the_languages_it_probed(records):
     text = summary(records)
-    assert "term match    partial   gold win         zh\n" in text
+    assert "term match    partial    p_valid   gold win         zh\n" in text
     row = _row(text, "Level 1", "step0000002.ckpt")
-    assert row == ["step0000002.ckpt", "2", "8,192", "0.000", "0.963", "-", "0.500"]
+    assert row == ["step0000002.ckpt", "2", "8,192", "0.000", "0.963", "0.375", "-", "0.500"]
 
 
 def test_mcqa_table_averages_each_task_group_and_adds_the_series_line(records):
