@@ -39,6 +39,9 @@ from bytecanary.probes.registry import probe_class
 from bytecanary.probes.targets import Loader, Target, data_dir_of, in_folder, resolve, watch
 from bytecanary.records import Record
 
+# seconds between looks at the pairs other workers hold: a launch ends soon after its last pair
+CLAIM_POLL = 0.2
+
 
 def with_cli_params(spec: dict[str, Any], trial: bool, eval_sets: dict[str, str | None]) -> dict[str, Any]:
     """``spec`` with the command line's ``--trial`` and eval-set files, where its probe takes
@@ -252,7 +255,7 @@ def run(
         pipeline = Pipeline(built, out_path, publish=publish, claims=claims, dtype=dtype)
         loader = Loader(device, dtype)
         made = probe_targets(pipeline, loader, targets)
-        made += complete(pipeline, loader, targets, wait=min(1.0, job.lease / 4))
+        made += complete(pipeline, loader, targets, wait=min(CLAIM_POLL, job.lease / 4))
         if publish is not None:  # the lead worker's W&B run gets the other workers' records too
             for record in _by_others(pipeline, targets):
                 publish(record)
