@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bytecanary.stats import proportion_se
+
 if TYPE_CHECKING:
     from bytecanary.probes.utf8_probe import Utf8Sample
 
@@ -85,7 +87,10 @@ def _expected_metrics(p_valid: np.ndarray, p_complete: np.ndarray) -> dict[str, 
     per_sample = p_valid[:, 0]  # every sample generates at least one token
     n = len(per_sample)
     out = {"p_valid": float(per_sample.mean())}
-    out["p_valid_se"] = float(per_sample.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0
+    # one sample has no spread to measure: the bound for a mean of values in [0, 1] instead of 0
+    out["p_valid_se"] = (
+        float(per_sample.std(ddof=1) / np.sqrt(n)) if n > 1 else proportion_se(out["p_valid"], 1)
+    )
     for name, table in (("p_valid", p_valid), ("p_complete", p_complete)):
         for t in np.flatnonzero(~np.isnan(table).all(axis=0)):
             out[f"{name}@t{t + 1}"] = float(np.nanmean(table[:, t]))

@@ -239,7 +239,11 @@ def summarise_expected(rows: list[dict]) -> dict[str, float]:
     samples live (and with a character pending) there."""
     per_sample = [r["p_valid_t"][0] for r in rows]
     out = {"p_valid": statistics.fmean(per_sample)}
-    out["p_valid_se"] = statistics.stdev(per_sample) / math.sqrt(len(rows)) if len(rows) > 1 else 0.0
+    if len(rows) > 1:
+        out["p_valid_se"] = statistics.stdev(per_sample) / math.sqrt(len(rows))
+    else:  # a binomial SE with the share pulled off 0 and 1 by one success and one failure
+        pulled = (out["p_valid"] + 1) / 3
+        out["p_valid_se"] = math.sqrt(pulled * (1 - pulled))
     for name in ("p_valid", "p_complete"):
         for t in range(max(len(r[f"{name}_t"]) for r in rows)):
             at = [
