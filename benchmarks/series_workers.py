@@ -75,9 +75,7 @@ def main() -> None:
     sides = {
         "1 process x 1 thread": [[sys.executable, *probe]],
         "torchrun 2 processes x 1 thread": [[torchrun, "--nproc-per-node", "2", *probe]],
-        "2 independent workers x 1 thread": [
-            [sys.executable, *probe, "--workers.worker", f"w{i}"] for i in (0, 1)
-        ],
+        "2 independent workers x 1 thread": [[sys.executable, *probe, "--worker", f"w{i}"] for i in (0, 1)],
     }
     walls = {name: launch_seconds(c, work / f"{i}.jsonl") for i, (name, c) in enumerate(sides.items())}
     made = [read(work / f"{i}.jsonl") for i in range(len(sides))]
