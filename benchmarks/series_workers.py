@@ -40,7 +40,7 @@ def launch_seconds(commands: list[list[str]], out: Path) -> float:
     start = time.perf_counter()
     quiet = {"env": ENV, "stdout": subprocess.DEVNULL}
     running = [subprocess.Popen([*c, "--out", str(out), "--no-wandb"], **quiet) for c in commands]
-    if any(p.wait() != 0 for p in running):
+    if any([p.wait() != 0 for p in running]):  # a list: every process is waited for
         sys.exit(f"a probe launch failed: {commands}")
     return time.perf_counter() - start
 
@@ -87,13 +87,12 @@ def main() -> None:
     print(f"series: {len(weights)} checkpoints x {len(args.probes.split(','))} probes = {n} pairs")
     columns = f"{'wall s':>9}{'probing s':>11}{'rest s':>8}{'pairs/s':>9}{'speed-up':>10}"
     print(f"{'launch':<36}{columns}  pairs per worker")
-    one = walls["1 process x 1 thread"]
+    one, alone = walls["1 process x 1 thread"], busiest(made[0])
     for (name, wall), m in zip(walls.items(), made, strict=True):
         probing = busiest(m)
         workers = ", ".join(str(c) for _, c in sorted(Counter(r.worker for r in m).items()))
         times = f"{wall:>9.1f}{probing:>11.1f}{wall - probing:>8.1f}{n / wall:>9.2f}{one / wall:>10.2f}"
         print(f"{name:<36}{times}  {workers}")
-    alone = busiest(made[0])
     bound = one / (one - alone + alone / 2)
     print(f"two workers at best (start-up unshared, probing halved): {bound:.2f}x")
     shutil.rmtree(work)
