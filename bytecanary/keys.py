@@ -132,6 +132,10 @@ METRICS: dict[str, Metric] = {
     )
 }
 _SUFFIXES = ("_lo", "_hi", "_normalised", "_matched")  # CI bounds and variants keep their base's sense
+# metrics that no argmax and no greedy path enters: decided by the weights and the prompts alone,
+# so two computations of one model that differ only in rounding (batch shape, threads, CPU
+# kernels) agree within a tolerance, where a greedy metric flips at a near tie
+SMOOTH = frozenset({"p_valid", "p_valid_se", "p_valid@t1", "p_complete", "p_complete@t1", "brier", "n"})
 
 
 def metric(key: str) -> Metric | None:
@@ -150,6 +154,12 @@ def metric(key: str) -> Metric | None:
             return None
         name = base
     return METRICS[name]
+
+
+def smooth(key: str) -> bool:
+    """Whether ``key``'s metric is continuous in the weights (``SMOOTH``): the keys that
+    computations of one model in other batch shapes, threads or processes can be held to."""
+    return key.rsplit("/", 1)[-1] in SMOOTH
 
 
 def higher_is_better(key: str) -> bool | None:

@@ -179,3 +179,16 @@ def wandb_records(run_dir: Path, kind: str) -> list[dict]:
     )
     records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     return [r[kind] for r in records if r.get("type") == kind]
+
+
+def assert_same_measurement(got: dict[str, float], want: dict[str, float], tol: float = 1e-5) -> None:
+    """Two computations of one model's probe (other processes, ranks or thread counts): the
+    same keys, and every smooth metric (``keys.smooth``) within ``tol``. Greedy metrics are
+    not compared: a near tie flips with rounding, which differs between such computations."""
+    from bytecanary import keys
+
+    assert got.keys() == want.keys()
+    smooth = [k for k in want if keys.smooth(k)]
+    assert smooth, "no smooth metric to compare"
+    for k in smooth:
+        assert got[k] == pytest.approx(want[k], rel=tol, abs=tol, nan_ok=True), k

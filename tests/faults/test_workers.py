@@ -2,7 +2,6 @@
 of them (records name it), the union is complete, a killed worker's pair is taken over once its
 claim runs out, and a torchrun launch equals a single process pair for pair."""
 
-import math
 import os
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 from bytecanary.probes.claims import Claims, default_worker, is_lead, worker_device
 from bytecanary.records import read as read_records
 
+from ..conftest import assert_same_measurement
 from .conftest import QUIET, ROOT, bytecanary, command, micro_config
 
 PROBES = ["--probes", "level0,level1", "--trial", "--no-wandb"]
@@ -98,11 +98,7 @@ def test_torchrun_equals_a_single_process_pair_for_pair(series, tmp_path):
     for r in rows:
         ref = base[(r.checkpoint, r.probe)]
         assert (r.step, r.params, r.checkpoint_id) == (ref.step, ref.params, ref.checkpoint_id)
-        assert r.metrics.keys() == ref.metrics.keys()
-        assert all(
-            math.isclose(r.metrics[k], v, rel_tol=1e-6, abs_tol=1e-9) or v != v
-            for k, v in ref.metrics.items()
-        )
+        assert_same_measurement(r.metrics, ref.metrics)
 
 
 def test_worker_names_and_the_lead_follow_the_launcher(monkeypatch):

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
@@ -70,17 +71,46 @@ def eval_dir(tmp_path_factory):
     return root
 
 
+# the least gap between a reference's greedy token and the runner-up, in logits: batched and
+# unpadded passes round differently (1e-6 here), so a closer tie could flip between them, on
+# one CPU's kernels and not another's, and the comparison would test rounding, not the engine
+NEAR_TIE = 1e-3
+
+
+def assert_no_near_tie(scores: tuple[torch.Tensor, ...], rows: list[int]) -> None:
+    """Every greedy choice of ``generate``'s ``scores`` (one (B, V) per step) in ``rows`` won
+    by more than ``NEAR_TIE``; steps a row took after its end have equal scores and are not
+    looked at (they are cut off anyway)."""
+    for row, length in enumerate(rows):
+        for step in scores[:length]:
+            top = step[row].float().topk(2).values
+            assert top[0] - top[1] > NEAR_TIE, f"near tie in the reference (gap {top[0] - top[1]:.2e})"
+
+
+def assert_clear_argmax(scores, by: float = NEAR_TIE) -> None:
+    """The best of ``scores`` (an item's choice log-likelihoods) wins by more than ``by``, so
+    an accuracy compared across batchings measures the scoring, not rounding."""
+    top = np.sort(np.asarray(scores, dtype=float))[::-1]
+    assert len(top) < 2 or top[0] - top[1] > by, f"near tie between choices (gap {top[0] - top[1]:.2e})"
+
+
 def generate_alone(model, ids, max_new_tokens, tok, stop_strings=None) -> list[int]:
     """``model.generate`` greedy on one prompt, no padding: the reference for the engine;
-    the tokens up to and including eos (or the token completing one of ``stop_strings``)."""
+    the tokens up to and including eos (or the token completing one of ``stop_strings``).
+    Its choices are asserted clear of near ties, so the engine may be held to them exactly."""
     stopping = {"stop_strings": stop_strings, "tokenizer": tok} if stop_strings else {}
-    out = model.generate(
+    gen = model.generate(
         input_ids=torch.tensor([ids]),
         attention_mask=torch.ones(1, len(ids), dtype=torch.long),
         do_sample=False,
         max_new_tokens=max_new_tokens,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
+        return_dict_in_generate=True,
+        output_scores=True,
         **stopping,
-    )[0, len(ids) :].tolist()
-    return out[: out.index(tok.eos_token_id) + 1] if tok.eos_token_id in out else out
+    )
+    out = gen.sequences[0, len(ids) :].tolist()
+    out = out[: out.index(tok.eos_token_id) + 1] if tok.eos_token_id in out else out
+    assert_no_near_tie(gen.scores, [len(out)])
+    return out

@@ -17,6 +17,8 @@ import torch
 
 from bytecanary.probes.utf8_probe import Prepared, Utf8Sample, fit_context
 
+from .conftest import assert_no_near_tie
+
 # lead byte -> (bytes needed, allowed range of the second byte)
 _SECOND = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}
 
@@ -95,9 +97,15 @@ def hf_generate(
             max_new_tokens=max_new_tokens,
             eos_token_id=prep.eos_id,
             pad_token_id=prep.pad_id,
+            return_dict_in_generate=True,
+            output_scores=True,
         )
-        for row in out[:, width:].tolist():
-            gens.append(row[: row.index(prep.eos_id) + 1] if prep.eos_id in row else row)
+        batch_gens = [
+            row[: row.index(prep.eos_id) + 1] if prep.eos_id in row else row
+            for row in out.sequences[:, width:].tolist()
+        ]
+        assert_no_near_tie(out.scores, [len(g) for g in batch_gens])
+        gens += batch_gens
     return gens
 
 

@@ -21,7 +21,7 @@ from bytecanary.train.loggers import JsonlLogger, read_metrics
 from bytecanary.train.model import ArchConfig
 from bytecanary.train.module import ByteLM
 
-from ..conftest import DDP_2_CPU, run_train
+from ..conftest import DDP_2_CPU, assert_same_measurement, run_train
 
 
 class Exploding(Probe):
@@ -133,9 +133,7 @@ def test_ddp_probes_equal_a_single_process_run(micro, tmp_path):
     for spec, row in zip(PROBES, rows, strict=True):
         params = {k: v for k, v in spec.items() if k != "name"}
         single = get_probe(spec["name"], **params).run(model, tok, data_dir=checkpoint_data_dir(meta))
-        assert single.keys() == row.metrics.keys()
-        for key, value in single.items():
-            assert row.metrics[key] == pytest.approx(value, rel=1e-6, abs=1e-6), key
+        assert_same_measurement(row.metrics, single)  # two ranks and their threads against one process
     # the probe metrics sit beside val/ppl in metrics.jsonl and in the W&B offline run
     metrics = read_metrics(run / "metrics.jsonl")
     assert any("probe/level0/all/all/partial" in r and r["tokens_seen"] == 4 * 8 * 32 * 2 for r in metrics)

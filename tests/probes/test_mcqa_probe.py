@@ -12,6 +12,8 @@ from bytecanary.probes import get_probe
 from bytecanary.probes.registry import NO_CONTEXT
 from bytecanary.records import Context
 
+from .conftest import assert_clear_argmax
+
 ITEMS = [
     {"question": "2+2?", "choices": ["3", "4", "5", "6"], "answer": 1},
     {"question": "東京は?", "choices": ["都市", "川", "山", "海"], "answer": 0},
@@ -61,6 +63,8 @@ def test_every_metric_equals_one_pass_per_choice(wide_model, byte_fallback_token
                 np.array([_ll(wide_model, v.encodings[protocol][0], c) for c in v.encodings[protocol][1]])
                 for v in mine
             ]
+            for x in lls:  # accuracies are compared across batchings
+                assert_clear_argmax(x)
             correct[protocol] = np.array([np.argmax(x) == a for x, a in zip(lls, answers, strict=True)])
             key = f"probe/mcqa/{task}/{protocol}"
             assert got[f"{key}/acc"] == pytest.approx(correct[protocol].mean())
