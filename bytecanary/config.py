@@ -26,6 +26,17 @@ class ConfigError(BytecanaryError):
     """A config value is missing, unknown or invalid."""
 
 
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """What is wrong and where, in one line: PyYAML's own message spans several and puts the
+    context ("while parsing a flow mapping") before the problem."""
+    mark, problem = getattr(err, "problem_mark", None), getattr(err, "problem", None)
+    if mark is None or problem is None:
+        return str(err).splitlines()[0]
+    context, started = getattr(err, "context", None), getattr(err, "context_mark", None)
+    since = f" ({context} at line {started.line + 1})" if context and started else ""
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}{since}"
+
+
 def read_yaml(path: str | Path) -> Any:
     """A YAML file's content; a missing, non-UTF-8 or malformed file is one ConfigError naming it."""
     try:
@@ -33,7 +44,7 @@ def read_yaml(path: str | Path) -> Any:
     except BytecanaryError as err:
         raise ConfigError(str(err)) from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML: {str(err).splitlines()[0]}") from None
+        raise ConfigError(f"{path}: invalid YAML: {yaml_problem(err)}") from None
 
 
 def load_config(cls: type[T], path: str | Path) -> T:

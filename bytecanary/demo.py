@@ -25,6 +25,7 @@ from bytecanary.data.prepare import prepare
 from bytecanary.errors import BytecanaryError
 from bytecanary.report.summary import summary
 from bytecanary.report.writer import report_summary, write_report
+from bytecanary.tracking import one_sync_command
 
 SYNTHETIC = "configs/data/synthetic.yaml"  # needs neither apt nor the network
 
@@ -55,7 +56,6 @@ def run_demo(
     """Prepare, train with probes, summarise. ``steps`` defaults to what fits ``minutes``."""
     from bytecanary.train.cli import latest_checkpoint  # torch and Lightning: only once the corpus is chosen
     from bytecanary.train.cli import main as train_main
-    from bytecanary.train.loggers import read_metrics
 
     data_config = corpus_config(data_config)
     data_dir = prepare(data_config, data)
@@ -72,20 +72,34 @@ def run_demo(
     ]  # fmt: skip
     if latest_checkpoint(run_dir / "checkpoints") is not None:
         args += ["--run.resume", "true"]
-    train_main(args)
-    print()
-    ppl = keys.val_ppl()
-    val = [r for r in read_metrics(run_dir / "metrics.jsonl") if ppl in r]
-    if val:
-        first, last = val[0], val[-1]
-        langs = "  ".join(f"{lang} {last[k]:.0f}" for lang in LANGUAGES if (k := keys.val_ppl(lang)) in last)
-        seen = keys.TOKENS_SEEN
-        print(f"validation perplexity: {first[ppl]:.0f} at {first[seen]:,} tokens -> "
-              f"{last[ppl]:.0f} at {last[seen]:,} tokens ({langs})")  # fmt: skip
-    print()
-    print(summary(run_dir / "probes.jsonl"))
-    print()
-    write_report(run_dir, wandb=True)  # figures and tables into the run's W&B run too
+    with one_sync_command() as offline:  # training's and the report's: one command at the end
+        train_main(args)
+        print()
+        ppl = perplexity_line(run_dir)
+        if ppl:
+            print(ppl)
+        print()
+        print(summary(run_dir / "probes.jsonl"))
+        print()
+        write_report(run_dir, wandb=True)  # figures and tables into the run's W&B run too
     print(corpus_line(data_config, data_dir))
     print(report_summary(run_dir))
+    if offline:
+        print(f"W&B offline runs saved; upload training and report with: wandb sync {run_dir / 'wandb'}")
     return 0
+
+
+def perplexity_line(run_dir: Path) -> str | None:
+    """Validation perplexity at the first and the last validation, by language (None before any)."""
+    from bytecanary.train.loggers import read_metrics
+
+    ppl, seen = keys.val_ppl(), keys.TOKENS_SEEN
+    val = [r for r in read_metrics(run_dir / "metrics.jsonl") if ppl in r]
+    if not val:
+        return None
+    first, last = val[0], val[-1]
+    langs = "  ".join(f"{lang} {last[k]:.0f}" for lang in LANGUAGES if (k := keys.val_ppl(lang)) in last)
+    return (
+        f"validation perplexity: {first[ppl]:.0f} at {first[seen]:,} tokens -> "
+        f"{last[ppl]:.0f} at {last[seen]:,} tokens ({langs})"
+    )

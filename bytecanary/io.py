@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,10 +49,43 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+_UMASK_LOCK = threading.Lock()
+PROC_STATUS = Path("/proc/self/status")  # Linux: holds "Umask:" since 4.7
+
+
+def current_umask() -> int:
+    """The process's umask, read at each write: a test or a launcher may change it. Linux
+    shows it in /proc/self/status; elsewhere ``os.umask`` reads it only by setting it, so it
+    is set to the strictest mask for that instant (a file another thread creates then gets
+    fewer permissions, never more) and set back under a lock shared by our readers."""
+    try:
+        found = re.search(r"^Umask:\s*([0-7]+)$", PROC_STATUS.read_text(), re.M)
+    except OSError:
+        found = None
+    if found:
+        return int(found[1], 8)
+    with _UMASK_LOCK:
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
+
+
+def _as_open_would(path: Path, umask: int) -> None:
+    """Give ``path`` the mode ``open()`` (a file) or ``mkdir`` (a folder) would have: mkstemp,
+    mkdtemp and writers that rename their own temp files (safetensors) leave 0600/0700, which
+    a colleague or a sidecar under another uid cannot read. Execute bits are kept."""
+    mode = path.lstat().st_mode
+    if stat.S_ISLNK(mode):
+        return
+    base = 0o777 if stat.S_ISDIR(mode) else 0o666 | (mode & 0o111)
+    os.chmod(path, base & ~umask)
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it replaces ``path`` atomically
-    (same folder, fsync, ``os.replace``), on error it is removed."""
+    (same folder, fsync, ``os.replace``) with the mode ``open()`` would give it, on error it
+    is removed."""
     path = check_output(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -58,6 +94,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp_path
         with open(tmp_path, "rb") as f:
             os.fsync(f.fileno())
+        _as_open_would(tmp_path, current_umask())
         os.replace(tmp_path, path)
         _fsync_dir(path.parent)
     except OSError as err:
@@ -165,12 +202,15 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a fresh temporary folder beside ``path``; on success it takes the place of
     ``path`` (an older ``path`` is moved aside first and removed only once the new one is
     in place), on error it is deleted. Callers decide whether replacing ``path`` is theirs
-    to do."""
+    to do. The folder and everything in it get the modes ``open()`` and ``mkdir`` would give."""
     path = check_output(path, folder=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     old = tmp.with_name(tmp.name.removesuffix(".tmp") + ".old")
     try:
         yield tmp
+        umask = current_umask()
+        for inside in [tmp, *tmp.rglob("*")]:
+            _as_open_would(inside, umask)
         if path.exists():
             os.replace(path, old)
         os.replace(tmp, path)

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
 from typing import Any, Literal
 
 from bytecanary import keys
@@ -201,9 +205,38 @@ def is_offline(run: Any) -> bool:
     return run.settings.mode in ("offline", "dryrun")
 
 
+_gathered: ContextVar[list[Path] | None] = ContextVar("gathered_offline_runs", default=None)
+
+
+@contextmanager
+def one_sync_command() -> Iterator[list[Path]]:
+    """Inside it, ``offline_sync`` gives no command but keeps each offline run's folder in the
+    yielded list: the demo trains and reports in one process and prints one command for both
+    at the end (a newcomer who ran only the first of two would miss the figures)."""
+    folders: list[Path] = []
+    token = _gathered.set(folders)
+    try:
+        yield folders
+    finally:
+        _gathered.reset(token)
+
+
+def offline_sync(offline_dir: str | Path | None, everything: str | Path | None = None) -> str | None:
+    """The ``wandb sync`` command that uploads the offline run in ``offline_dir``, or
+    ``everything`` (a ``wandb/`` folder: W&B syncs each run in it that it has not synced yet);
+    None for an online run, and inside ``one_sync_command``."""
+    if offline_dir is None:
+        return None
+    gathered = _gathered.get()
+    if gathered is not None:
+        gathered.append(Path(offline_dir))
+        return None
+    return f"wandb sync {everything or offline_dir}"
+
+
 def finish_wandb() -> str | None:
     """Finish the current run and flush it to disk (Lightning never calls finish);
-    return the ``wandb sync`` command for an offline run."""
+    return the ``wandb sync`` command for an offline run (see ``offline_sync``)."""
     import wandb
 
     run = wandb.run
@@ -212,4 +245,4 @@ def finish_wandb() -> str | None:
         offline_dir = run.dir.removesuffix("/files") if is_offline(run) else None
         wandb.finish()
     wandb.teardown()
-    return f"wandb sync {offline_dir}" if offline_dir else None
+    return offline_sync(offline_dir)

@@ -15,6 +15,7 @@ from bytecanary.records import read as read_records
 from bytecanary.report.summary import add_mcqa_series
 
 from .conftest import MICRO, write_config
+from .report.runs import assert_one_sync_of_every_offline_run
 
 
 def test_help_lists_commands(capsys):
@@ -108,7 +109,7 @@ def test_defaults_live_in_the_signatures():
 
 
 @pytest.mark.slow
-def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capsys):
+def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capfd):
     config = write_config(tmp_path / "small.yaml")
     micro = tmp_path / "micro.yaml"
     mcqa = {"name": "mcqa", "trial": True, "embedded_per_language": 4, "nonsense_per_language": 4,
@@ -119,7 +120,7 @@ def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capsys):
     args = ["demo", "--out", str(tmp_path / "runs" / "demo"), "--config", str(micro), "--steps", "6"]
     args += ["--data-config", str(config), "--data", str(tmp_path / "data")]
     assert main(args) == 0
-    printed = capsys.readouterr().out
+    printed, stderr = capfd.readouterr()
     assert "validation perplexity:" in printed and "Level 1 (context-guided retrieval)" in printed
     assert "MCQA (accuracy, mean over tasks)" in printed and "validity/perplexity tokens:" in printed
     run = tmp_path / "runs" / "demo"
@@ -132,7 +133,9 @@ def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capsys):
     last = max(records, key=lambda r: r.step)
     assert "| tokens seen | step | val ppl ↓ |" in md  # the per-checkpoint table...
     assert f"\n| {last.tokens_seen:,} | {last.step} | " in md  # ...down to the last checkpoint
-    assert "wandb sync" in printed and list((run / "wandb").glob("offline-run-*"))
+    # one command uploads training and report alike, and it is the last line: none on stderr
+    assert "wandb sync" not in stderr and "wandb sync" in printed.strip().splitlines()[-1]
+    assert_one_sync_of_every_offline_run(printed, run, 2)
     # the share of the run spent in probes, from the logs: the records' seconds over the wall time
     share = re.search(r"^probes: (\d+) s of (\d+) s of training \(([\d.]+)%\): level0 ", printed, re.M)
     assert share, printed

@@ -47,6 +47,7 @@ RATIO_CURVES = {  # key -> (short name, what it is), for the lines that state a 
 # where a curve's noise comes from, as the convergence table says it
 FROM_CURVE, FROM_GREEDY, FROM_P_VALID_SE = "curve", "max(probe n, local scatter)", "probe (p_valid_se)"
 MIN_POINTS = 3  # fewer checkpoints (or cells) than this: no tau or fit
+PARSABILITY_KEYS = ("acc_parsable_r", "parsability_beta", "parsability_beta_se")  # over all wrapper cells
 SEPARATE, MERGED, CLOZE, DASHED = keys.SEPARATE, keys.MERGED, keys.CLOZE, keys.DASHED
 
 
@@ -265,17 +266,20 @@ def mcqa_tasks(cps: Sequence[Checkpoint]) -> list[str]:
     return keys.mcqa_tasks(k for c in cps for k in c.metrics)
 
 
-def _sep_merged_tau(cps: Sequence[Checkpoint], task: str, notes: list[str]) -> float:
+def _sep_merged_tau(cps: Sequence[Checkpoint], task: str, notes: dict[str, str]) -> float:
     """Do the two letter strategies rank the checkpoints alike? Kendall tau-b over checkpoints."""
+    key = keys.mcqa_task(task, "kendall_tau_sep_merged")
     sep_key, merged_key = keys.mcqa(task, SEPARATE, "acc"), keys.mcqa(task, MERGED, "acc")
     pairs = [(c.value(sep_key), c.value(merged_key)) for c in cps]
     both = [(sep, merged) for sep, merged in pairs if sep is not None and merged is not None]
     if len(both) < MIN_POINTS:
-        notes.append(f"{task}: Kendall tau needs {MIN_POINTS} checkpoints with both letter accuracies")
+        notes[key] = f"{len(both)} checkpoints with both letter accuracies, fewer than {MIN_POINTS}"
         return math.nan
-    tau = stats.kendall_tau_b(*zip(*both, strict=True))
+    sep, merged = zip(*both, strict=True)
+    tau = stats.kendall_tau_b(sep, merged)
     if math.isnan(tau):
-        notes.append(f"{task}: Kendall tau undefined (an accuracy is constant across checkpoints)")
+        constant = "separate" if len(set(sep)) == 1 else "merged"
+        notes[key] = f"{constant}-letter accuracy is the same at every checkpoint"
     return tau
 
 
@@ -294,41 +298,49 @@ def wrapper_cells(cps: Sequence[Checkpoint]) -> list[tuple[str, str, str, float,
     return cells
 
 
-def _parsability(cells: list[tuple[str, str, str, float, float]], notes: list[str]) -> dict[str, float]:
+def _same_in_every_cell(values: dict[str, Sequence[float]]) -> str | None:
+    """Why a statistic over the wrapper cells is undefined: the named values never change."""
+    flat = [name for name, v in values.items() if len(set(v)) == 1]
+    if not flat:
+        return None
+    return f"{' and '.join(flat)} {'is' if len(flat) == 1 else 'are'} the same in every wrapper cell"
+
+
+def _parsability(cells: list[tuple[str, str, str, float, float]], notes: dict[str, str]) -> dict[str, float]:
     """Does accuracy follow parsability across wrappers? Pearson r over cells, and the slope
     of A = beta * P + alpha_checkpoint + gamma_task + delta_wrapper with its SE."""
-    out = {keys.mcqa_task("all", "cells"): float(len(cells))}
-    r = beta = se = math.nan
-    if len(cells) < MIN_POINTS:
-        notes.append(f"wrappers: {len(cells)} (checkpoint, task, wrapper) cells, need {MIN_POINTS}")
-    else:
-        ckpt, task, family, acc, parsable = zip(*cells, strict=True)
-        r = stats.pearson_r(parsable, acc)
-        if math.isnan(r):
-            notes.append("wrappers: Pearson r undefined (accuracy or parsability is constant)")
-        try:
-            beta, se = stats.fixed_effects_fit(
-                acc, parsable, {"checkpoint": ckpt, "task": task, "wrapper": family}
-            )
-        except ValueError as err:
-            notes.append(f"wrappers: no fixed-effects fit ({str(err).removeprefix('fixed_effects_fit: ')})")
-    out |= {
-        keys.mcqa_task("all", "acc_parsable_r"): r,
-        keys.mcqa_task("all", "parsability_beta"): beta,
-        keys.mcqa_task("all", "parsability_beta_se"): se,
+    r_key, beta_key, se_key = (keys.mcqa_task("all", k) for k in PARSABILITY_KEYS)
+    out = {
+        keys.mcqa_task("all", "cells"): float(len(cells)),
+        **dict.fromkeys((r_key, beta_key, se_key), math.nan),
     }
+    if len(cells) < MIN_POINTS:
+        why = f"{len(cells)} wrapper cells (checkpoint, task, wrapper), fewer than {MIN_POINTS}"
+        notes.update(dict.fromkeys((r_key, beta_key, se_key), why))
+        return out
+    ckpt, task, family, acc, parsable = zip(*cells, strict=True)
+    out[r_key] = stats.pearson_r(parsable, acc)
+    if math.isnan(out[r_key]):
+        notes[r_key] = _same_in_every_cell({"accuracy": acc, "parsability": parsable}) or "undefined"
+    try:
+        out[beta_key], out[se_key] = stats.fixed_effects_fit(
+            acc, parsable, {"checkpoint": ckpt, "task": task, "wrapper": family}
+        )
+    except ValueError as err:
+        fit = str(err).removeprefix("fixed_effects_fit: ").replace("x is", "parsability is")
+        notes.update(dict.fromkeys((beta_key, se_key), _same_in_every_cell({"parsability": parsable}) or fit))
     return out
 
 
-def mcqa_series(probe_records: Iterable[Record], notes: list[str] | None = None) -> dict[str, float]:
+def mcqa_series(probe_records: Iterable[Record], notes: dict[str, str] | None = None) -> dict[str, float]:
     """MCQA statistics across checkpoints, as flat ``probe/mcqa/...`` keys.
 
     Per task with letter accuracies, ``<task>/kendall_tau_sep_merged``; over all
     (checkpoint, task, wrapper_<family>) cells, ``all/acc_parsable_r``,
     ``all/parsability_beta``, ``all/parsability_beta_se`` and ``all/cells``. A statistic
-    the data cannot support is NaN, and the reason is appended to ``notes``.
+    the data cannot support is NaN, and ``notes`` maps its key to the reason.
     """
-    notes = [] if notes is None else notes
+    notes = {} if notes is None else notes
     cps = checkpoints(probe_records)
     out = {}
     for task in mcqa_tasks(cps):

@@ -136,7 +136,10 @@ def summary(out: Path) -> str:
 
 
 def _cells(values: list[float | None]) -> str:
-    return "".join(f"{v:>11.3f}" if v is not None else f"{'-':>11}" for v in values)
+    """``-`` for absent data, ``n/a`` for a statistic the data cannot support (NaN)."""
+    return "".join(
+        f"{'-' if v is None else 'n/a' if math.isnan(v) else format(v, '.3f'):>11}" for v in values
+    )
 
 
 def _in_step_order(records: dict[str, Record]) -> list[Record]:
@@ -189,17 +192,32 @@ def _benchmark_lines(records: dict[str, Record]) -> list[str]:
 
 def _mcqa_series_line(records: list[Record]) -> str:
     """Kendall tau of the checkpoints' rankings under the two space strategies, and how
-    much of wrapper accuracy parsability explains (Pearson r, fixed-effects beta)."""
-    s = analysis.mcqa_series(records)
-    taus = {t: s[k] for t in keys.mcqa_tasks(s) if (k := keys.mcqa_task(t, "kendall_tau_sep_merged")) in s}
-    tau = "  ".join(f"{t} {v:+.2f}" for t, v in taus.items() if not math.isnan(v))
-    beta = s.get(keys.mcqa_task("all", "parsability_beta"), math.nan)
-    se = s.get(keys.mcqa_task("all", "parsability_beta_se"), math.nan)
-    r = s.get(keys.mcqa_task("all", "acc_parsable_r"), math.nan)
+    much of wrapper accuracy parsability explains (Pearson r, fixed-effects beta); ``n/a``
+    with the reason where the data cannot support a statistic."""
+    notes: dict[str, str] = {}
+    s = analysis.mcqa_series(records, notes)
+    taus = {t: k for t in keys.mcqa_tasks(s) if (k := keys.mcqa_task(t, "kendall_tau_sep_merged")) in s}
+    tau = "  ".join(f"{t} {s[k]:+.2f}" for t, k in taus.items() if k not in notes)
+    r, beta, se = (keys.mcqa_task("all", k) for k in analysis.PARSABILITY_KEYS)
+    if r in notes and notes[r] == notes.get(beta):
+        fit = f"n/a: {notes[r]}"
+    else:
+        pearson = f"n/a ({notes[r]})" if r in notes else f"{s[r]:.3f}"
+        slope = f"n/a ({notes[beta]})" if beta in notes else f"{s[beta]:.3f} +- {s[se]:.3f}"
+        fit = f"Pearson r {pearson}, beta {slope}"
     return (
-        f"across checkpoints: Kendall tau (separate vs merged ranking) {tau or 'n/a'}\n"
-        f"accuracy vs parsability over wrapper cells: Pearson r {r:.3f}, beta {beta:.3f} +- {se:.3f}"
+        f"across checkpoints: Kendall tau (separate vs merged ranking) {tau or _none(taus, notes)}\n"
+        f"accuracy vs parsability over wrapper cells: {fit}"
     )
+
+
+def _none(taus: dict[str, str], notes: dict[str, str]) -> str:
+    """``n/a`` and why, each reason once with the tasks it holds for."""
+    tasks_by_reason: dict[str, list[str]] = {}
+    for task, key in taus.items():
+        tasks_by_reason.setdefault(notes[key], []).append(task)
+    reasons = "; ".join(f"{why} ({', '.join(tasks)})" for why, tasks in tasks_by_reason.items())
+    return f"n/a: {reasons}" if reasons else "n/a: no task has letter accuracies"
 
 
 def add_mcqa_series(out: Path, wandb_run: Any) -> None:

@@ -28,7 +28,7 @@ from bytecanary.records import Record, merge, read
 from bytecanary.report import analysis, figures
 from bytecanary.report.analysis import Convergence
 from bytecanary.report.tables import Table, build_tables
-from bytecanary.tracking import DEFAULT_PROJECT, is_offline, wandb_mode
+from bytecanary.tracking import DEFAULT_PROJECT, is_offline, offline_sync, wandb_mode
 
 REPORT_DIR = "report"
 FIGURES = ("convergence", "tiers", "mcqa")
@@ -47,13 +47,24 @@ class RunData:
     left_out: list[str]
 
 
-def load_run(run_dir: str | Path, on_bad: Callable[[str], None] = warn) -> RunData:
-    """The run's records; ``on_bad`` hears of each line skipped and of each parameterisation
-    left out."""
+def check_run_dir(run_dir: str | Path) -> Path:
+    """``run_dir``, a training run folder, checked before anything is created: a mistyped
+    path must not be left behind as an empty folder."""
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        what = "not a folder" if run_dir.exists() else "no such folder"
+        raise BytecanaryError(f"{run_dir}: {what} (give a training run folder, e.g. runs/tiny)")
     metrics_path = run_dir / "metrics.jsonl"
     if not metrics_path.is_file():
         raise BytecanaryError(f"{metrics_path}: no such file (is {run_dir} a training run directory?)")
+    return run_dir
+
+
+def load_run(run_dir: str | Path, on_bad: Callable[[str], None] = warn) -> RunData:
+    """The run's records; ``on_bad`` hears of each line skipped and of each parameterisation
+    left out."""
+    run_dir = check_run_dir(run_dir)
+    metrics_path = run_dir / "metrics.jsonl"
     probes_path = run_dir / "probes.jsonl"
     left_out: list[str] = []
     probe_records = merge(read(probes_path, on_bad), left_out.append)
@@ -102,7 +113,7 @@ def commands(data: RunData) -> list[str]:
     return lines
 
 
-def render_markdown(data: RunData, conv: Convergence, tables: list[Table], notes: list[str]) -> str:
+def render_markdown(data: RunData, conv: Convergence, tables: list[Table], notes: dict[str, str]) -> str:
     """``report.md``: the headline, every table, why any statistic is missing, and the commands."""
     rule = (
         f"One detector judges every curve (`stats.detect_convergence`; val/ppl on its log): a "
@@ -131,7 +142,9 @@ def render_markdown(data: RunData, conv: Convergence, tables: list[Table], notes
         *(t.markdown() for t in tables),
     ]
     if notes:
-        parts.append("Statistics left out:\n\n" + "".join(f"- {n}\n" for n in notes))
+        parts.append(
+            "Statistics left out:\n\n" + "".join(f"- `{k}`: n/a: {why}\n" for k, why in notes.items())
+        )
     if data.left_out:
         parts.append(
             "Records left out (one curve per parameterisation):\n\n"
@@ -197,11 +210,10 @@ def log_to_wandb(
     tables: list[Table],
     scalars: dict[str, float],
     charts: dict[str, Any] | None = None,
-) -> str | None:
+) -> Path | None:
     """Add the figures, tables and numbers to the run's own W&B run (resumed by id); returns
-    the ``wandb sync`` command when it is offline. That command names exactly the folder this
-    call wrote (one more ``offline-run-*-<id>`` beside the training run's, resuming it), not a
-    glob: a glob would also upload every earlier report again."""
+    the folder it wrote when it is offline (one more ``offline-run-*-<id>`` beside the
+    training run's, resuming it)."""
     import wandb
 
     run_id = wandb_run_id(data.run_dir)
@@ -223,17 +235,19 @@ def log_to_wandb(
     finally:
         offline_dir = Path(run.dir).parent if is_offline(run) else None  # run.dir is <folder>/files
         run.finish()  # this run, not wandb.run: a trainer earlier in the process may have left its own
-    return f"wandb sync {offline_dir}" if offline_dir else None
+    return offline_dir
 
 
 def write_report(run_dir: str | Path, wandb: bool | None = None) -> Path:
     """Write ``run_dir/report/`` whole (figures and ``report.md``) and return it. ``wandb``:
-    also log to the run's W&B run (default: when ``run_dir/wandb`` holds one)."""
-    check_output(Path(run_dir) / REPORT_DIR, folder=True)  # before the work: report/ may be a file
+    also log to the run's W&B run (default: when ``run_dir/wandb`` holds one). Offline, it
+    prints one ``wandb sync`` of the run's whole ``wandb/``: the training run and every report,
+    each uploaded once (W&B marks what it synced)."""
+    check_output(check_run_dir(run_dir) / REPORT_DIR, folder=True)  # before the work: report/ may be a file
     data = load_run(run_dir)
     conv = analysis.convergence(data.metrics, data.probes)
     cps = analysis.checkpoints(data.probes)
-    notes: list[str] = []
+    notes: dict[str, str] = {}
     series = analysis.mcqa_series(data.probes, notes) if analysis.mcqa_tasks(cps) else {}
     tables = build_tables(data.metrics, cps, conv, series)
     out = data.run_dir / REPORT_DIR
@@ -244,9 +258,10 @@ def write_report(run_dir: str | Path, wandb: bool | None = None) -> Path:
         (tmp / "report.md").write_text(render_markdown(data, conv, tables, notes), encoding="utf-8")
     use_wandb = wandb_run_id(data.run_dir) is not None if wandb is None else wandb
     if use_wandb:
-        sync = log_to_wandb(data, out, tables, _scalars(conv, series), curve_charts(conv))
+        offline = log_to_wandb(data, out, tables, _scalars(conv, series), curve_charts(conv))
+        sync = offline_sync(offline, data.run_dir / "wandb")
         if sync:
-            print(f"W&B offline run saved; upload it with: {sync}")
+            print(f"W&B offline run saved; upload it with the run's others (training, reports): {sync}")
     return out
 
 

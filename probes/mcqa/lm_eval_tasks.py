@@ -25,11 +25,12 @@ import glob
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
 from bytecanary import versions
+from bytecanary.config import yaml_problem
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes.mcqa.tasks import McqaItem, TaskSource, no_progress_bars
@@ -140,17 +141,43 @@ def _manager(include_path: str | None) -> Any:
 
 def _find(src: LmEvalSource) -> tuple[Any, Any]:
     """(the task manager that knows ``src.name``, its index entry); an unknown name is one
-    line naming it and the nearest known name."""
+    line naming it and the nearest known name. lm-eval's index skips a YAML it cannot parse
+    without a word, so a broken YAML in ``include_path`` is named instead: before the
+    registry's scan if it mentions the name, else where the name is found nowhere."""
+    broken = _broken_yamls(Path(src.include_path), src.name) if src.include_path else []
     paths = ([src.include_path] if src.include_path else []) + [None]
     for path in paths:
         manager = _manager(path)
         if src.name in manager.task_index:
             return manager, manager.task_index[src.name]
+        if broken and (broken[0].mentions_task or path is None):
+            raise BytecanaryError(
+                f"{broken[0].path}: invalid YAML: {broken[0].problem}; lm-eval skips the file, "
+                f"so task {src.name!r} is not found"
+            )
     known = [name for path in paths for name in _manager(path).all_tasks]
     near = difflib.get_close_matches(src.name, known, n=1)
     hint = f" (did you mean {near[0]!r}?)" if near else ""
     where = f"{src.include_path} or " if src.include_path else ""
     raise BytecanaryError(f"lm-eval task {src.name!r}: not found in {where}lm-eval's registry{hint}")
+
+
+class _BrokenYaml(NamedTuple):
+    path: Path
+    mentions_task: bool
+    problem: str
+
+
+def _broken_yamls(folder: Path, name: str) -> list[_BrokenYaml]:
+    """Each YAML under ``folder`` that does not parse, those that mention task ``name`` first."""
+    broken = []
+    for path in sorted(folder.rglob("*.yaml")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            yaml.load(text, Loader=_YamlLoader)  # a SafeLoader
+        except yaml.YAMLError as err:
+            broken.append(_BrokenYaml(path, name in text, yaml_problem(err)))
+    return sorted(broken, key=lambda found: not found.mentions_task)
 
 
 def _check_type(name: str, output_type: Any) -> None:

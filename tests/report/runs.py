@@ -8,6 +8,8 @@ tiny CPU run), while p_valid converges at 2e5 as usual. The MCQA numbers are see
 
 import json
 import math
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -146,3 +148,16 @@ def make_run(root: Path, probes: bool = True, validity: str = "converges") -> Pa
 
 def is_png(path: Path) -> bool:
     return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def assert_one_sync_of_every_offline_run(printed: str, run: Path, n: int) -> None:
+    """``printed`` holds one ``wandb sync`` line, and W&B's own dry run of that command would
+    upload the run's ``n`` offline runs (training and reports)."""
+    (line,) = [x for x in printed.splitlines() if "wandb sync" in x]
+    command = line.split("wandb sync ", 1)[1].split()
+    wandb_bin = Path(sys.executable).parent / "wandb"
+    dry = subprocess.run(
+        [str(wandb_bin), "sync", "--dry-run", *command], capture_output=True, text=True, check=True
+    )
+    listed = {Path(x.split()[-1]).resolve().parent for x in dry.stderr.splitlines() if x.endswith(".wandb")}
+    assert listed == set((run / "wandb").glob("offline-run-*")) and len(listed) == n, dry.stderr

@@ -183,12 +183,19 @@ def test_mcqa_series_skips_what_the_data_cannot_support():
         )
         for t in TOKENS[:2]
     ]
-    notes: list[str] = []
+    notes: dict[str, str] = {}
     got = analysis.mcqa_series(rows, notes)
     assert math.isnan(got["probe/mcqa/wordcomp_en/kendall_tau_sep_merged"])
     assert got["probe/mcqa/all/cells"] == 2
     assert all(math.isnan(got[f"probe/mcqa/all/{k}"]) for k in ("acc_parsable_r", "parsability_beta"))
-    assert len(notes) == 2 and "Kendall tau needs 3 checkpoints" in notes[0]
+    tau = "probe/mcqa/wordcomp_en/kendall_tau_sep_merged"
+    assert notes == {
+        tau: "2 checkpoints with both letter accuracies, fewer than 3",
+        **dict.fromkeys(
+            [f"probe/mcqa/all/{k}" for k in analysis.PARSABILITY_KEYS],
+            "2 wrapper cells (checkpoint, task, wrapper), fewer than 3",
+        ),
+    }
     empty = analysis.mcqa_series([])
     assert empty["probe/mcqa/all/cells"] == 0 and math.isnan(empty["probe/mcqa/all/parsability_beta_se"])
 

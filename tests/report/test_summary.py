@@ -1,6 +1,7 @@
 """The probe tables printed by ``bytecanary probe`` and ``demo``, on fabricated records."""
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,54 @@ def test_mcqa_table_averages_each_task_group_and_adds_the_series_line(records):
     assert row[3:] == ["0.750", "0.400", "-", "-", "0.125", "0.500", "0.300", "-"]
     # wordcomp_ja and nonsenseqa_en have no merged accuracy: no tau for them
     assert "Kendall tau (separate vs merged ranking) wordcomp_en +0.33\n" in text
-    assert "accuracy vs parsability over wrapper cells: Pearson r nan, beta nan +- nan" in text
+    no_cells = "n/a: 0 wrapper cells (checkpoint, task, wrapper), fewer than 3"
+    assert f"accuracy vs parsability over wrapper cells: {no_cells}" in text
+
+
+def _series_text(tmp_path: Path, cells: list[tuple[float, float, dict[str, tuple[float, float]]]]) -> str:
+    """The series lines of checkpoints 1.. with (separate, merged, {wrapper: (acc, parsable)}) each."""
+    rows = []
+    for step, (sep, merged, wrappers) in enumerate(cells, start=1):
+        m = {
+            "probe/mcqa/wordcomp_en/letter_separate/acc": sep,
+            "probe/mcqa/wordcomp_en/letter_merged/acc": merged,
+        }
+        for family, (acc, parsable) in wrappers.items():
+            m |= {f"probe/mcqa/wordcomp_en/wrapper_{family}/acc": acc}
+            m |= {f"probe/mcqa/wordcomp_en/wrapper_{family}/parsable": parsable}
+        rows.append(_record(step, "mcqa", m))
+    write_jsonl(tmp_path / "probes.jsonl", rows)
+    return summary(tmp_path / "probes.jsonl").split("across checkpoints: ", 1)[1]
+
+
+def test_an_undefined_series_statistic_says_why_instead_of_nan(tmp_path):
+    """The demo's case: every wrapper cell equally parsable, a letter accuracy that never moves."""
+    cells = [(0.25, m, {"json": (acc, 1.0)}) for m, acc in [(0.2, 0.1), (0.4, 0.3), (0.3, 0.6)]]
+    text = _series_text(tmp_path, cells)
+    assert "nan" not in text
+    assert text.splitlines() == [
+        "Kendall tau (separate vs merged ranking) n/a: separate-letter accuracy is the same at every "
+        "checkpoint (wordcomp_en)",
+        "accuracy vs parsability over wrapper cells: n/a: parsability is the same in every wrapper cell",
+    ]
+
+
+def test_a_defined_series_statistic_is_a_number_beside_an_undefined_one(tmp_path):
+    """Accuracy flat, parsability moving within each checkpoint: Pearson r has no value, the
+    fit's slope is 0."""
+    parsable = [(0.2, 0.5), (0.6, 0.1), (0.9, 0.8)]
+    letters = [(0.2, 0.3), (0.5, 0.9), (0.7, 0.4)]
+    cells = [
+        (s, m, {"json": (0.5, pj), "plain": (0.5, pp)})
+        for (s, m), (pj, pp) in zip(letters, parsable, strict=True)
+    ]
+    lines = _series_text(tmp_path, cells).splitlines()
+    assert lines[0] == "Kendall tau (separate vs merged ranking) wordcomp_en +0.33"
+    pearson = "Pearson r n/a (accuracy is the same in every wrapper cell)"
+    assert re.fullmatch(
+        rf"accuracy vs parsability over wrapper cells: {re.escape(pearson)}, beta -?0\.000 \+- 0\.000",
+        lines[1],
+    )
 
 
 def test_a_probe_listed_twice_fills_one_row_per_checkpoint(tmp_path):
@@ -133,3 +181,12 @@ def test_the_finish_hook_puts_the_series_into_the_wandb_summary(records):
     write_jsonl(one, mcqa[:1])
     add_mcqa_series(one, run := _Run())
     assert run.summary == {}  # one checkpoint: no statistic across checkpoints
+
+
+def test_a_nan_metric_is_n_a_in_its_cell(tmp_path):
+    write_jsonl(
+        tmp_path / "probes.jsonl",
+        [_record(1, "level0", {**_level0(1), "probe/level0/all/all/p_valid": math.nan})],
+    )
+    row = _row(summary(tmp_path / "probes.jsonl"), "Level 0", "step0000001.ckpt")
+    assert row[3:6] == ["0.600", "0.250", "n/a"]

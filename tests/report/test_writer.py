@@ -13,7 +13,7 @@ from bytecanary.report import analysis, figures
 from bytecanary.report.tables import Column
 from bytecanary.report.writer import _scalars, load_run, report_summary, write_report
 
-from .runs import is_png, make_run
+from .runs import assert_one_sync_of_every_offline_run, is_png, make_run
 
 
 def test_report_writes_valid_pngs(reported):
@@ -151,7 +151,7 @@ def test_failed_write_keeps_the_previous_report_whole(reported, tmp_path, monkey
     assert not (run / "report").exists()
 
 
-def test_report_logs_figures_to_the_runs_offline_wandb_run(tmp_path, monkeypatch):
+def test_report_logs_figures_to_the_runs_offline_wandb_run(tmp_path, monkeypatch, capsys):
     import wandb
 
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -160,6 +160,9 @@ def test_report_logs_figures_to_the_runs_offline_wandb_run(tmp_path, monkeypatch
     wandb.finish()
     wandb.teardown()
     write_report(run)  # default: W&B on, since run/wandb holds a run
+    assert_one_sync_of_every_offline_run(capsys.readouterr().out, run, 2)
+    write_report(run)  # a report again: one more folder, still one command for them all
+    assert_one_sync_of_every_offline_run(capsys.readouterr().out, run, 3)
     newest = max((run / "wandb").glob("offline-run-*-feedbeef"))
     images = {p.name.split("_")[0] for p in (newest / "files" / "media" / "images" / "report").glob("*.png")}
     assert images == {"convergence", "tiers", "mcqa"}
