@@ -16,19 +16,28 @@ Loading a ``.ckpt`` is ``weights_only=True`` (checkpoints may come from anyone);
 truncated, corrupt or foreign file becomes one error naming it. A checkpoint finds its
 tokenizer relative to its own folder (the run's copy), so a run folder can move and be read
 from any working directory.
+
+A run folder also says how its training goes: ``heartbeat.json`` (which process trains it, in
+which attempt, renewed every few seconds, and when it ended) and ``finished.json`` (the last
+step, written by the attempt that reached it), which a sidecar ``bytecanary probe --watch``
+reads to know when to end.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import re
-from collections.abc import Mapping
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import atomic_path
+from bytecanary.io import atomic_path, read_json
 
 WEIGHTS = ".safetensors"  # the weights file of a step
 STATE = ".ckpt"  # Lightning's full training state
@@ -37,6 +46,7 @@ _STEP = re.compile(r"step[_-]?(\d+)")
 
 
 FINISHED = "finished.json"  # in a run folder once training reached its last step
+HEARTBEAT = "heartbeat.json"  # in a run folder: the training process that runs it, renewed as it runs
 
 
 def run_folder(folder: str | Path) -> Path:
@@ -45,15 +55,128 @@ def run_folder(folder: str | Path) -> Path:
     return folder.parent if folder.name == "checkpoints" and not (folder / "checkpoints").is_dir() else folder
 
 
-def finished_step(folder: str | Path) -> int | None:
-    """The last step of a run whose training finished (``FINISHED`` in its folder; ``folder``
-    may be the run or its ``checkpoints/``), or None while it trains or was stopped early."""
+@dataclass(frozen=True)
+class Finished:
+    """``FINISHED``: the step training reached, and the attempt (one training process) that reached it."""
+
+    step: int
+    tokens_seen: int | None = None
+    attempt: str | None = None
+    """None in markers written before attempts had ids."""
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """``HEARTBEAT``: which process trains the run in which attempt, when it last said so, and
+    when it left training (normally or by an error), so a sidecar can tell a training on its way
+    from one that stopped."""
+
+    pid: int
+    host: str
+    attempt: str
+    every: float
+    """Seconds between beats: a beat older than a few of these is a missed one."""
+    started: float
+    updated: float
+    ended: float | None = None
+
+
+def process_gone(host: str, pid: int) -> bool:
+    """Whether process ``pid`` of ``host`` is known to have ended: it ran on this host and no
+    such process exists (a process on another host is never known gone)."""
+    if host != socket.gethostname():
+        return False
     try:
-        info = json.loads((run_folder(folder) / FINISHED).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's
+        return False
+    return False
+
+
+def _fits(value: Any, kinds: tuple[type | None, ...]) -> bool:
+    """``value`` is of one of ``kinds`` (None: may be absent); a bool is no number, a float finite."""
+    if value is None or isinstance(value, bool):
+        return value is None and None in kinds
+    if float in kinds and isinstance(value, (int, float)):
+        return math.isfinite(value)
+    return any(kind is not None and isinstance(value, kind) for kind in kinds)
+
+
+def _read_typed(path: Path, fields: dict[str, tuple[type | None, ...]]) -> dict[str, Any]:
+    """The ``fields`` of the JSON object in ``path``; one error naming the file and the first
+    field of the wrong type."""
+    try:
+        row = read_json(path)
+    except OSError as err:
+        raise BytecanaryError(f"{path}: {err.strerror or err}") from None
+    if not isinstance(row, dict):
+        raise BytecanaryError(f"{path}: expected a JSON object, got {type(row).__name__}")
+    for name, kinds in fields.items():
+        if not _fits(row.get(name), kinds):
+            raise BytecanaryError(f"{path}: {name!r} has the wrong type ({row.get(name)!r})")
+    return {name: row.get(name) for name in fields}
+
+
+def read_finished(folder: str | Path) -> Finished | None:
+    """``FINISHED`` of the run of ``folder``, None where there is none; one error naming the
+    file when it does not read or holds the wrong types."""
+    path = run_folder(folder) / FINISHED
+    if not path.exists():
         return None
-    step = info.get("step") if isinstance(info, dict) else None
-    return step if isinstance(step, int) else None
+    return Finished(**_read_typed(path, {"step": (int,), "tokens_seen": (int, None), "attempt": (str, None)}))
+
+
+def read_heartbeat(folder: str | Path) -> Heartbeat | None:
+    """``HEARTBEAT`` of the run of ``folder``, None where there is none (a run trained before
+    heartbeats, or not started yet); one error naming the file when it does not read."""
+    path = run_folder(folder) / HEARTBEAT
+    if not path.exists():
+        return None
+    fields = {"pid": (int,), "host": (str,), "attempt": (str,), "every": (float,), "started": (float,)}
+    return Heartbeat(**_read_typed(path, {**fields, "updated": (float,), "ended": (float, None)}))
+
+
+def reported(read: Callable[[Path], Any], folder: Path, on_bad: Callable[[str], None] | None) -> Any:
+    """``read(folder)``, or None after telling ``on_bad`` why it did not read."""
+    try:
+        return read(folder)
+    except BytecanaryError as err:
+        if on_bad is not None:
+            on_bad(f"{err}; taken as absent")
+        return None
+
+
+def finished_step(folder: str | Path, on_bad: Callable[[str], None] | None = None) -> int | None:
+    """The last step of a run whose training finished: ``FINISHED`` in its folder (``folder`` may
+    be the run or its ``checkpoints/``), written by the attempt that trained last (a marker of an
+    earlier attempt, where ``HEARTBEAT`` names a newer one, is stale: the run was resumed). None
+    while it trains or after it stopped early; a file that does not read counts as absent, and
+    ``on_bad`` hears why."""
+    done = reported(read_finished, Path(folder), on_bad)
+    if done is None:
+        return None
+    beat = reported(read_heartbeat, Path(folder), on_bad)
+    return done.step if beat is None or beat.attempt == done.attempt else None
+
+
+def last_change(folder: str | Path) -> float:
+    """When anything in the run of ``folder`` or its ``checkpoints/`` last changed (0 where
+    nothing is there): the sign of life of a run trained before heartbeats."""
+    run = run_folder(folder)
+    times = [0.0]
+    for where in (run, run / "checkpoints"):
+        try:
+            entries = [where, *where.iterdir()]
+        except OSError:  # not there (yet), or not a folder
+            continue
+        for entry in entries:
+            try:
+                times.append(entry.stat().st_mtime)
+            except OSError:  # replaced between the listing and now
+                continue
+    return max(times)
 
 
 def step_of(name: str) -> int:

@@ -116,13 +116,18 @@ class ProbeSeries:
 
     Attributes:
         watch: probe each checkpoint of this run folder (or its checkpoints/) as it lands, until the
-            run finishes (then exit 0) or Ctrl-C
+            run finishes (then exit 0), its training stops without finishing (one error line,
+            exit 2) or Ctrl-C
         interval: seconds between looks with --watch
+        idle_limit: with --watch: seconds its training may show no sign of life (no heartbeat;
+            for a run without heartbeat.json, no changed file) before the watch ends with an error;
+            also how long a --watch folder may take to appear
         revision: with a model id: revisions to probe, e.g. step1000,step2000
     """
 
     watch: str | None = None
     interval: float = 30.0
+    idle_limit: float = 600.0
     revision: str | None = None
 
 
@@ -134,7 +139,8 @@ class ProbeWorker:
         worker: this worker's name (unset: its launcher's rank, else host:pid); a worker
             restarted under its name takes back its own pairs at once
         lease: seconds a claim on a pair holds without renewal: how soon another worker takes
-            over the pair of a killed one (unset: probes.claims.DEFAULT_LEASE, 2 minutes)
+            over the pair of a killed one (unset: probes.claims.DEFAULT_LEASE, 2 minutes; at
+            most a day)
     """
 
     worker: str | None = None
@@ -165,7 +171,7 @@ def probe(
         output: where the results go
         series: checkpoints beyond the PATHs
         workers: several workers on one --out
-        device: cpu, cuda, ... (unset: cuda when available)
+        device: cpu, cuda, cuda:1, mps: one this machine has (unset: cuda when available)
         dtype: what the model computes in (auto: bfloat16 on CUDA, else float32); each its own records
         threads: torch CPU threads (unset: torch's default, which OMP_NUM_THREADS sets); give
             each of several jobs sharing a machine its share of the cores
@@ -189,6 +195,7 @@ def probe(
         wandb_project=None if output.no_wandb else output.wandb_project,
         watch_dir=series.watch,
         interval=series.interval,
+        idle_limit=series.idle_limit,
         revisions=[r for r in (series.revision or "").split(",") if r] or None,
         device=device,
         dtype=dtype,

@@ -1,7 +1,9 @@
 """``probes.jsonl``: one typed record per (checkpoint, probe), its one reader and its one merge rule.
 
 Every writer (the training callback, any number of ``bytecanary probe`` processes) appends
-through ``append``: whole lines, flushed and fsynced, under an advisory lock (``flock``).
+through ``append``: whole lines, flushed and fsynced, under an advisory lock (``flock``), and
+only to a file that is ours (``refusal``: never a weights or text file, never through a link
+that leaves the folder).
 Under the lock a torn last line left by a crash is cut off, and a record whose identity
 already succeeded is not appended again, so restarts and concurrent writers converge to
 each record once. Every reader (the probe pipeline, the summary, the report, W&B) reads
@@ -19,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bytecanary.errors import BytecanaryError
 from bytecanary.io import named
 
 SCHEMA = 2  # bump when a field changes meaning (2: checkpoint_id); records without it are schema 0
@@ -205,6 +208,55 @@ class Tally:
         return self._done
 
 
+RECORD_START = b'{"checkpoint": '  # how every line ``Record.to_json`` writes begins
+LOOKED_AT = 5  # lines read to tell a records file: one may be corrupt, not all of these
+
+
+def _not_ours(path: Path, data: bytes) -> str | None:
+    """Why ``data`` (a file's start) is not a records file, or None: empty, one record being
+    written (a crash in the first append), or a record among its first lines."""
+    if not data.strip() or (b"\n" not in data and data.startswith(RECORD_START)):
+        return None
+    lines = [line for line in data.split(b"\n")[:-1] if line.strip()][:LOOKED_AT]
+    if any(_is_record(line) for line in lines):
+        return None
+    return f"{path}: holds something other than probe records (line 1 is no record); not appending to it"
+
+
+def _is_record(line: bytes) -> bool:
+    try:
+        return problem(json.loads(line)) is None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+
+
+def refusal(path: str | Path) -> str | None:
+    """Why records must not be appended to ``path``, or None: a link that leads out of its
+    folder, something other than a regular file, a file of another kind (weights, metrics,
+    text). A missing or empty file, or one holding records, is ours to append to."""
+    path = Path(path)
+    if path.is_symlink() and path.resolve().parent != path.parent.resolve():
+        return f"{path}: a link to {path.resolve()}, outside its folder; records are never written through it"
+    if not path.exists():  # nor a link's target: the first append creates it
+        return None
+    if not path.is_file():
+        return f"{path}: not a regular file; records go to a file of their own"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)
+    except OSError as err:
+        raise named(err, path) from err
+    return _not_ours(path, head)
+
+
+def check_file(path: str | Path) -> Path:
+    """``path`` if records may be appended to it (``refusal``), before any work is done."""
+    trouble = refusal(path)
+    if trouble:
+        raise BytecanaryError(trouble)
+    return Path(path)
+
+
 def _lines_with(data: bytes, needle: bytes) -> bytes:
     """The whole lines of ``data`` that hold ``needle``: a byte search is far cheaper than
     parsing every record's metrics."""
@@ -215,13 +267,16 @@ def append(path: str | Path, record: Record) -> bool:
     """Append ``record`` unless its identity already succeeded (another process finished it
     meanwhile); returns whether it was appended. Only the lines with the record's fingerprint
     are parsed to decide."""
-    path = Path(path)
+    path = check_file(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a+b") as f:
             fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
             f.seek(0)
             data = f.read()
+            trouble = _not_ours(path, data[: 1 << 20])  # as it is under the lock, not as it was
+            if trouble:
+                raise BytecanaryError(trouble)
             whole = data.rfind(b"\n") + 1
             if whole < len(data):  # a writer died mid-line; under the lock nobody else writes
                 f.truncate(whole)

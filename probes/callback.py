@@ -32,7 +32,7 @@ from typing import Any
 from lightning.pytorch.callbacks import Checkpoint
 from tqdm.auto import tqdm
 
-from bytecanary import keys
+from bytecanary import keys, records
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes.common import build_probes
 from bytecanary.probes.numerics import label, probe_dtype
@@ -106,7 +106,7 @@ class ProbeCallback(Checkpoint):
         folder = getattr(trainer.checkpoint_callback, "dirpath", None)
         if self.out is None:
             self.out = Path(folder).parent / "probes.jsonl" if folder else Path("probes.jsonl")
-        self.pipeline.out = Path(self.out)
+        self.pipeline.out = records.check_file(self.out)  # before a step trains, not at its checkpoint
         dtype = probe_dtype(self.dtype, pl_module.device)  # the device is known now
         self._loader.device, self._loader.dtype = pl_module.device, dtype
         self.pipeline.dtype = label(dtype)

@@ -8,7 +8,8 @@ records go to a ``probes.jsonl`` of the same shape, and (checkpoint, probe) pair
 there are skipped, so a rerun after a crash does only what is missing; a pair counts as done
 only for the probe's current version and fingerprint (parameters and eval files), so a
 changed probe is redone and nothing else. ``--watch DIR`` follows a running training and
-probes each new checkpoint until the run has finished; a checkpoint that does not load yet
+probes each new checkpoint until the run has finished, or ends with one error line once its
+training has stopped without finishing (``follow``); a checkpoint that does not load yet
 (still being written, or corrupt) is skipped with a warning and tried again once its file
 changes. Several workers may write one ``--out``: each claims a pair before computing it
 (``probes.claims``), and no record is appended twice. Printing the summary is the caller's job.
@@ -17,6 +18,7 @@ changes. Several workers may write one ``--out``: each claims a pair before comp
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,20 +29,97 @@ import torch
 from tqdm.auto import tqdm
 
 from bytecanary import records
-from bytecanary.checkpoints import finished_step
+from bytecanary.checkpoints import (
+    Heartbeat,
+    finished_step,
+    last_change,
+    process_gone,
+    read_heartbeat,
+    reported,
+)
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import check_output
-from bytecanary.probes.claims import DEFAULT_LEASE, Claims, default_worker, is_lead, worker_device
+from bytecanary.io import check_output, warn
+from bytecanary.probes.claims import (
+    DEFAULT_LEASE,
+    MAX_LEASE,
+    Claims,
+    clock,
+    default_worker,
+    is_lead,
+    worker_device,
+)
 from bytecanary.probes.common import build_probes, validate_specs
 from bytecanary.probes.numerics import probe_dtype
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import probe_class
-from bytecanary.probes.targets import Loader, Target, data_dir_of, in_folder, resolve, watch
+from bytecanary.probes.targets import (
+    Loader,
+    Target,
+    appeared,
+    data_dir_of,
+    in_folder,
+    resolve,
+    watch,
+    watch_target,
+)
 from bytecanary.records import Record
 
 # seconds between looks at the pairs other workers hold: a launch ends soon after its last pair
 CLAIM_POLL = 0.2
+DEFAULT_IDLE_LIMIT = 600.0  # seconds a watched training may show no sign of life
+RESTART_GRACE = 120.0  # seconds a training that exited or died has to start again before the watch ends
+NOTE_EVERY = 60.0  # seconds between two same "waiting" lines
+MAX_SECONDS = 86_400.0  # a day: the longest --interval or --idle-limit
+
+
+class _Rate:
+    """The lines of a waiting process: one on a new ``topic`` at once, on the same topic at most
+    once per ``period`` seconds, so a log says what it waits for without flooding."""
+
+    def __init__(self, period: float) -> None:
+        self.period, self.topic, self.at = period, None, -math.inf
+
+    def say(self, line: str, topic: str | None = None) -> None:
+        topic = line if topic is None else topic
+        now = time.monotonic()
+        if topic != self.topic or now - self.at >= self.period:
+            print(line, flush=True)
+            self.topic, self.at = topic, now
+
+
+def _warn_once() -> Callable[[str], None]:
+    """``warn``, saying each message once: a bad file looked at every interval warns once."""
+    said: set[str] = set()
+
+    def once(message: str) -> None:
+        if message not in said:
+            said.add(message)
+            warn(message)
+
+    return once
+
+
+def devices_here() -> list[str]:
+    """The devices this process can compute on."""
+    cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return ["cpu", *cuda, *(["mps"] if torch.backends.mps.is_available() else [])]
+
+
+def check_device(device: str | None) -> None:
+    """``--device`` names a device of this machine: else one line naming those it has, before
+    any work."""
+    if device is None:
+        return
+    here = devices_here()
+    try:
+        wanted = torch.device(device)
+    except RuntimeError:
+        raise BytecanaryError(
+            f"probe: --device {device!r} is not a device; here: {', '.join(here)}"
+        ) from None
+    if wanted.type not in here and f"{wanted.type}:{wanted.index or 0}" not in here:
+        raise BytecanaryError(f"probe: --device {device!r} is not on this machine; here: {', '.join(here)}")
 
 
 def with_cli_params(spec: dict[str, Any], trial: bool, eval_sets: dict[str, str | None]) -> dict[str, Any]:
@@ -81,7 +160,8 @@ def probe_targets(
     with ``retry`` (watching) it is skipped with a warning instead; named alone, it raises."""
     todo = pipeline.todo(targets)
     if not todo:
-        print(f"nothing to do: every checkpoint and probe is already in {pipeline.out}")
+        done = f"every checkpoint and probe is already in {pipeline.out}" if pipeline.probes else "no probes"
+        print(f"nothing to do: {done}")
         return []
 
     # watching, a file may still be in flight; in a series, one bad file must not stop the rest;
@@ -108,32 +188,91 @@ def _left(pipeline: Pipeline, targets: list[Target]) -> list[tuple[Target, list[
 def complete(pipeline: Pipeline, loader: Loader, targets: list[Target], wait: float) -> list[Record]:
     """After this worker's pass over ``targets``: wait for the pairs other workers hold, take
     over those whose claims ran out (a killed worker's), until every pair is done or was tried
-    here; returns the records this worker appended meanwhile."""
+    here; returns the records this worker appended meanwhile. While it waits it says whom for
+    and until when, once per lease."""
     made: list[Record] = []
+    claims = pipeline.claims
+    notes = _Rate(claims.lease if claims is not None else NOTE_EVERY)
     while left := _left(pipeline, targets):
         tried = len(pipeline.attempted)
         for target, indices in left:
             made += pipeline.probe(loader, target, indices, "fail")
+        waiting = claims.waiting_for() if claims is not None else None  # this pass's refusals
         if len(pipeline.attempted) == tried:
+            if waiting is not None:
+                notes.say(waiting, topic="claims")
             time.sleep(wait)
     return made
 
 
-def follow(pipeline: Pipeline, loader: Loader, folder: Path, interval: float) -> list[Record]:
+def _stopped(folder: Path, beat: Heartbeat | None, since: float, idle_limit: float) -> str | None:
+    """Why the training of ``folder``'s run counts as stopped now, or None while it may be on its
+    way. The watch's start (``since``) counts as a sign of life, so a training launched beside
+    the sidecar, or restarted, has time to start."""
+    now = time.time()
+    if beat is None:  # a run from before heartbeats, or not started yet
+        quiet, limit = now - max(since, last_change(folder)), idle_limit
+        return f"no heartbeat.json and nothing new for {limit:g} s (--idle-limit)" if quiet >= limit else None
+    who = f"training (pid {beat.pid} on {beat.host})"
+    quiet, grace = now - max(since, beat.updated), min(idle_limit, RESTART_GRACE)
+    if beat.ended is not None:
+        limit, why = grace, f"{who} exited at {clock(beat.ended)}"
+    elif now - beat.updated > 2 * beat.every and process_gone(beat.host, beat.pid):  # and a beat missed
+        limit, why = grace, f"{who} is gone (killed?) since its last beat at {clock(beat.updated)}"
+    else:
+        limit = max(idle_limit, 3 * beat.every)
+        why = f"{who} has not beaten since {clock(beat.updated)}, {limit:g} s (--idle-limit)"
+    return why if quiet >= limit else None
+
+
+def _waiting_line(folder: Path, step: int | None, beat: Heartbeat | None, targets: list[Target]) -> str:
+    """What the sidecar waits for, in words that change only when the state does."""
+    if step is not None:
+        return f"waiting: the run finished at step {step}; its weights file is not in {folder} yet"
+    newest = f"newest: step {targets[-1].step_hint}" if targets else "none yet"
+    if beat is None:
+        training = "no heartbeat.json: a run from before heartbeats, or not started"
+    elif beat.ended is not None:
+        training = f"training (pid {beat.pid} on {beat.host}) exited at {clock(beat.ended)}, not finished"
+    else:
+        training = f"training: pid {beat.pid} on {beat.host}, attempt {beat.attempt}"
+    return f"waiting for the next checkpoint of {folder} ({newest}; {training})"
+
+
+def follow(
+    pipeline: Pipeline, loader: Loader, folder: Path, interval: float, idle_limit: float, wait: float
+) -> list[Record]:
     """``--watch``: probe each checkpoint of ``folder`` (a run folder or its ``checkpoints/``)
-    as it lands, in step order, until the run has finished (training wrote ``finished.json``)
-    and every checkpoint is probed or tried, or until Ctrl-C; a sidecar job ends by itself."""
-    print(f"watching {folder} for new checkpoints (until its run finishes, or Ctrl-C)")
-    made: list[Record] = []
+    as it lands, in step order, until the run has finished (``finished.json`` of the attempt
+    that trained last, and its last step's weights file there) and every checkpoint is probed
+    or tried, or until Ctrl-C. A training that stopped without finishing (``_stopped``) ends
+    the watch with one error: a sidecar job always ends by itself."""
+    appeared(folder, idle_limit, interval)
+    print(
+        f"watching {folder} for new checkpoints (until its run finishes or its training stops, or Ctrl-C)",
+        flush=True,
+    )
+    since, made = time.time(), []
+    notes, once = _Rate(NOTE_EVERY), _warn_once()
     try:
         for fresh in watch(folder, interval):
             if fresh:
                 made += probe_targets(pipeline, loader, fresh, retry=True)
                 continue
-            step = finished_step(folder)
-            if step is not None and not _left(pipeline, in_folder(folder)):
+            step = finished_step(folder, on_bad=once)
+            targets = in_folder(folder)
+            if step is not None and any(target.step_hint == step for target in targets):
+                made += complete(pipeline, loader, targets, wait)
                 print(f"the run finished at step {step}: every checkpoint is probed")
                 break
+            beat = reported(read_heartbeat, folder, once)
+            why = _stopped(folder, beat, since, idle_limit)
+            if why is not None:
+                early = (
+                    "" if step is None else f" (finished.json names step {step}, whose weights are not there)"
+                )
+                raise BytecanaryError(f"{folder}: its training stopped without finishing{early}: {why}")
+            notes.say(_waiting_line(folder, step, beat, targets))
     except KeyboardInterrupt:
         print("stopped watching")
     return made
@@ -211,6 +350,9 @@ class Job:
     """After the PATHs, probe each new checkpoint of this run folder until its run finishes."""
     interval: float = 30.0
     """Seconds between looks at ``watch_dir``."""
+    idle_limit: float = DEFAULT_IDLE_LIMIT
+    """Seconds ``watch_dir``'s training may show no sign of life (a heartbeat; for a run without
+    one, a changed file) before the watch ends with an error."""
     revisions: list[str] | None = None
     """With a model id as PATH: the revisions to probe."""
     device: str | None = None
@@ -222,6 +364,16 @@ class Job:
     lease: float = DEFAULT_LEASE
     """Seconds a claim on a pair holds without renewal: how soon a killed worker's pair is
     taken over."""
+
+    def __post_init__(self) -> None:
+        """Flags that cannot work are one error line before any work."""
+        bounds = [("--interval", self.interval, MAX_SECONDS), ("--idle-limit", self.idle_limit, MAX_SECONDS)]
+        for flag, value, most in [*bounds, ("--lease", self.lease, MAX_LEASE)]:
+            if not 0 < value <= most:
+                raise BytecanaryError(
+                    f"probe: {flag} must be more than 0 and at most {most:g} seconds, got {value!r}"
+                )
+        check_device(self.device)
 
 
 def run(
@@ -236,7 +388,8 @@ def run(
     ``finish`` is called with (records path, W&B run) before that run is closed, e.g. to add
     cross-checkpoint statistics to its summary. The caller prints the summary table."""
     job = job or Job()
-    out_path = check_output(job.out)  # now, not after hours of probing
+    out_path = records.check_file(check_output(job.out))  # now, not after hours of probing
+    watched = watch_target(job.watch_dir) if job.watch_dir else None
     device = worker_device(job.device, torch.cuda.device_count())
     dtype = probe_dtype(job.dtype, device)
     targets = resolve(paths, job.revisions) if paths else []
@@ -254,13 +407,14 @@ def run(
         publish = _to_wandb(wandb_run)
         pipeline = Pipeline(built, out_path, publish=publish, claims=claims, dtype=dtype)
         loader = Loader(device, dtype)
-        made = probe_targets(pipeline, loader, targets)
-        made += complete(pipeline, loader, targets, wait=min(CLAIM_POLL, job.lease / 4))
+        wait = min(CLAIM_POLL, job.lease / 4)
+        made = probe_targets(pipeline, loader, targets) if targets else []
+        made += complete(pipeline, loader, targets, wait)
         if publish is not None:  # the lead worker's W&B run gets the other workers' records too
             for record in _by_others(pipeline, targets):
                 publish(record)
-        if job.watch_dir:
-            made += follow(pipeline, loader, Path(job.watch_dir), job.interval)
+        if watched is not None:
+            made += follow(pipeline, loader, watched, job.interval, job.idle_limit, wait)
         if wandb_run is not None and finish is not None:
             finish(out_path, wandb_run)
     finally:

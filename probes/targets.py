@@ -188,6 +188,30 @@ def _load_hf(target: Target) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
+def watch_target(path: str | Path) -> Path:
+    """``--watch PATH``: a folder, or a path where one may yet appear (a run not started yet);
+    anything else is one error at start, before any model loads."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise BytecanaryError(f"--watch {path}: not a folder (give a run folder or its checkpoints/)")
+    return path
+
+
+def appeared(folder: Path, limit: float, interval: float) -> None:
+    """Return once ``folder`` exists, saying first that it waits, for at most ``limit``
+    seconds: a sidecar may start before its training, and a mistyped path must not hold it."""
+    if folder.is_dir():
+        return
+    print(f"waiting up to {limit:g} s (--idle-limit) for {folder} to appear", flush=True)
+    deadline = time.monotonic() + limit
+    while not folder.is_dir():
+        left = deadline - time.monotonic()
+        if folder.exists() or left <= 0:
+            what = "is not a folder" if folder.exists() else f"did not appear in {limit:g} s"
+            raise BytecanaryError(f"--watch {folder}: {what} (give a run folder or its checkpoints/)")
+        time.sleep(min(interval, left))
+
+
 def watch(folder: Path, interval: float) -> Iterator[list[Target]]:
     """Yield the checkpoints that appeared or changed (size, mtime) in ``folder`` since the
     last look, forever: a file caught half-written comes again once it is whole. Only files

@@ -20,9 +20,12 @@ tokenizer, which checkpoints name relative to themselves, so a run folder is sel
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,8 @@ from bytecanary.checkpoints import (
     WEIGHTS,
     checkpoint_meta,
     load_checkpoint,
+    read_heartbeat,
+    reported,
     save_weights,
     step_of,
     training_states,
@@ -262,6 +267,47 @@ def latest_checkpoint(folder: Path) -> Path | None:
         if _loadable_step(path) is not None:
             return path
     return None
+
+
+SHAPE = ("n_layer", "n_head", "n_embd", "n_positions")  # what a full state's weights must fit
+
+
+def check_resumable(path: Path, hparams: Mapping[str, Any]) -> None:
+    """The full state ``path`` holds weights of the shape ``hparams`` (the module's) builds:
+    a resume with another shape is one line naming the field and both values, before the run
+    folder is touched (else Lightning's load fails deep inside fit, after the run changed)."""
+    saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("hyper_parameters") or {}
+    arch = saved.get("arch") or {}
+    pairs = [(f"model.arch.{k}", arch.get(k), hparams["arch"][k]) for k in SHAPE]
+    pairs.append(("vocab_size (of the data's tokenizer)", saved.get("vocab_size"), hparams["vocab_size"]))
+    for field, was, now in pairs:
+        if was is not None and was != now:
+            raise BytecanaryError(
+                f"run.resume: {field} is {now} here but {was} in {path}: resume with the run's own "
+                "config, or start another --run.name"
+            )
+
+
+@contextmanager
+def hold_run(run_dir: Path) -> Iterator[None]:
+    """Hold the run folder for this training (an advisory lock on the folder itself, released
+    when the process ends however it ends): a second training of the same run is refused in
+    one line before it changes a file, rather than racing the first over its files."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            beat = reported(read_heartbeat, run_dir, None)
+            who = f" (pid {beat.pid} on {beat.host})" if beat is not None else ""
+            raise BytecanaryError(
+                f"{run_dir}: another training of this run is running{who}; wait for it to end, "
+                "or choose another --run.name"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def keep_tokenizer(source: Path, run_dir: Path, copy: bool = True) -> str:

@@ -9,6 +9,7 @@ gets config.yaml, checkpoints/, metrics.jsonl, probes.jsonl and wandb/
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pydoc
 import re
@@ -22,6 +23,7 @@ from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
+from bytecanary import records
 from bytecanary.checkpoints import FINISHED, probe_checkpoints, training_states
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_path, check_output, remove_stale_temps, write_json
@@ -30,10 +32,13 @@ from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis
 from bytecanary.train.checkpointing import (
     AtomicCheckpointIO,
     ScheduledCheckpoint,
+    check_resumable,
+    hold_run,
     keep_tokenizer,
     latest_checkpoint,
 )
 from bytecanary.train.datamodule import ShardDataModule
+from bytecanary.train.heartbeat import beating
 from bytecanary.train.loggers import JsonlLogger, TruncateMetricsOnStart, make_wandb_logger
 from bytecanary.train.model import ArchConfig, OptimConfig
 from bytecanary.train.module import ByteLM
@@ -81,6 +86,8 @@ class RunConfig:
     node) probes each weights file as it lands, and exits once the run has finished."""
 
     def __post_init__(self) -> None:
+        if not self.name.strip() or self.name in (".", "..") or "/" in self.name:
+            raise ValueError(f"name: must name one folder under run.root, got {self.name!r}")
         for name in ("checkpoint_every", "keep_state_every"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -305,6 +312,19 @@ def main(args: list[str] | None = None) -> int:
         cli.config["run"].resume = False
     trainer = cli.trainer
     config = cli.parser.dump(cli.config, skip_none=False)
+    if last is not None:
+        check_resumable(last, cli.model.hparams)
+    if cli.config["probes"] and run.probe_in_loop:
+        records.check_file(run.dir / "probes.jsonl")
+    # checked above; from here on the run folder is this process's to change
+    lock = hold_run(run.dir) if trainer.is_global_zero else contextlib.nullcontext()
+    with lock:
+        return _train(cli, run, last, config)
+
+
+def _train(cli: BytecanaryCLI, run: RunConfig, last: Path | None, config: str) -> int:
+    """Write the run's config and train; the caller checked the inputs and holds the run."""
+    trainer = cli.trainer
     if trainer.is_global_zero:
         (run.dir / FINISHED).unlink(missing_ok=True)  # training again: a sidecar watches on
         stale = [p for folder in (run.dir, run.dir / "checkpoints") for p in remove_stale_temps(folder)]
@@ -317,14 +337,14 @@ def main(args: list[str] | None = None) -> int:
     rank_zero_info(trainer.checkpoint_callback.disk_plan(cli.model.model, trainer.max_steps))
     wandb_logger = next((lg for lg in trainer.loggers if not isinstance(lg, JsonlLogger)), None)
     try:
-        if wandb_logger is not None and trainer.is_global_zero:
-            define_tokens_seen_axis(wandb_logger.experiment)
-            wandb_logger.log_hyperparams(cli.model.run_config)
-        trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=str(last) if last else None)
-        if trainer.is_global_zero and trainer.global_step >= trainer.max_steps > 0:
-            write_json(
-                run.dir / FINISHED, {"step": trainer.global_step, "tokens_seen": cli.model.tokens_seen}
-            )
+        with beating(run.dir, writes=trainer.is_global_zero) as attempt:  # a sidecar knows it runs
+            if wandb_logger is not None and trainer.is_global_zero:
+                define_tokens_seen_axis(wandb_logger.experiment)
+                wandb_logger.log_hyperparams(cli.model.run_config)
+            trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=str(last) if last else None)
+            if trainer.is_global_zero and trainer.global_step >= trainer.max_steps > 0:
+                done = {"step": trainer.global_step, "tokens_seen": cli.model.tokens_seen, "attempt": attempt}
+                write_json(run.dir / FINISHED, done)
     finally:
         if wandb_logger is not None and trainer.is_global_zero:
             sync = finish_wandb()

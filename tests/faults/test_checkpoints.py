@@ -100,7 +100,7 @@ def test_watch_skips_a_corrupt_checkpoint_and_probes_it_when_whole(trained, tmp_
     monkeypatch.setattr(targets.time, "sleep", sleep)  # the watch loop's pause
     out = tmp_path / "p.jsonl"
     specs = [{"name": "level0", "per_language": 2, "trial": True}]
-    job = runner.Job(out=str(out), watch_dir=str(folder), interval=0, device="cpu")
+    job = runner.Job(out=str(out), watch_dir=str(folder), interval=0.01, device="cpu")
     assert runner.run([], specs, job) == 0
     (warning,) = capsys.readouterr().err.strip().splitlines()
     assert (
