@@ -17,7 +17,8 @@ or at those its ``cadence`` picks from the planned schedule (``bytecanary.probes
 every Nth, or log-spaced in tokens.
 
 Every probe is prepared (eval sets found, tasks loaded) before the first training step,
-so a misconfigured probe is one error line and nothing trains. At every (re)start the run's
+so a misconfigured probe is one error line and nothing trains. A step's probes fire after
+its validation (if it has one) is logged. At every (re)start the run's
 existing checkpoints that lack a record of some probe (the run was killed during its
 probes, or a probe was added) are probed from their files, so restarts converge to a
 complete records file. Later, a probe that raises is recorded as failed and training goes
@@ -87,6 +88,8 @@ class ProbeCallback(Checkpoint):
         self._data_dir: Path | None = None
         self._trainer: Any = None
         self._last_step = -1
+        self._pending: tuple[Any, Any, Path | None] | None = None
+        """(trainer, module, weights file) of a step whose probes wait for its validation."""
         self._next_tokens = every_tokens or 0
         self._steps: list[set[int] | None] = [None] * len(self.probes)  # per probe: its steps (None: all)
 
@@ -152,7 +155,24 @@ class ProbeCallback(Checkpoint):
             if due:
                 while self._next_tokens <= tokens:
                     self._next_tokens += self.every_tokens
-            self.fire(trainer, pl_module, weights)
+            self._pending = (trainer, pl_module, weights)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self._fire_pending()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._fire_pending()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._fire_pending()
+
+    def _fire_pending(self) -> None:
+        """Fire the probes due at the last step once its validation, if it had one, is logged:
+        a kill during the probes then loses no validation row (the resumed run starts after
+        the step's full state, and would not validate that step again)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self.fire(*pending)
 
     def fire(self, trainer, pl_module, checkpoint: str | Path | None) -> None:
         """Run the probes due at this step (all ranks) on the weights file ``checkpoint`` or,

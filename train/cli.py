@@ -156,6 +156,7 @@ class BytecanaryCLI(LightningCLI):
                 cls(**self.config[group].as_dict())
             except ValueError as err:  # the message starts with the field
                 raise BytecanaryError(f"{group}.{err}") from None
+        check_accelerator(self.config["trainer"]["accelerator"])
         run = self.run_config()
         self.probe_callback = None
         if self.config["probes"] and run.probe_in_loop:
@@ -237,6 +238,25 @@ def refuse_sharded_live_probes(spec: Any) -> None:
     cls = strategy_class(spec)
     if cls is not None and issubclass(cls, sharded_strategies()):
         raise BytecanaryError(live_probes_refused(cls.__name__))
+
+
+def check_accelerator(name: Any) -> None:
+    """A named accelerator this machine lacks (``cuda`` without a GPU) is one line saying what
+    it has, when the config is read, not a traceback once the trainer is built."""
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    if not isinstance(name, str) or name == "auto":
+        return
+    key = "cuda" if name == "gpu" else name
+    names = sorted(AcceleratorRegistry.available_accelerators())
+    here = [n for n in names if AcceleratorRegistry[n]["accelerator"].is_available()]
+    if key not in names or key not in here:
+        what = (
+            "is not an accelerator Lightning knows"
+            if key not in names
+            else "is not available on this machine"
+        )
+        raise BytecanaryError(f"trainer.accelerator: {name!r} {what}; this machine has: {', '.join(here)}")
 
 
 TRAINER_DEFAULTS = {

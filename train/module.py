@@ -40,6 +40,16 @@ def _as(cls: type, value: Any) -> Any:
     return value if isinstance(value, cls) else cls(**value)
 
 
+def weights_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The run config a checkpoint states, less ``run.resume``: whether a step was trained on
+    from a saved state does not change its weights (a step retrained after a kill is written
+    bit for bit again), so it must not change the weights file's header and identity either."""
+    run = config.get("run")
+    if not isinstance(run, dict):
+        return config
+    return {**config, "run": {k: v for k, v in run.items() if k != "resume"}}
+
+
 class ByteLM(L.LightningModule):
     """GPT-2 (``transformers.GPT2LMHeadModel``) trained on byte-fallback token shards."""
 
@@ -185,7 +195,7 @@ class ByteLM(L.LightningModule):
         return {
             "step": self.global_step,
             "tokens_seen": self.tokens_seen,
-            "config": self.run_config,
+            "config": weights_config(self.run_config),
             "tokenizer_path": self.tokenizer_path,
             "data_dir": self.data_dir,
             "tokenizer_hash": getattr(self, "_tokenizer_hash", None),

@@ -3,10 +3,12 @@ a second training of a run that trains, an empty run name. One line each, before
 
 import pytest
 
+from bytecanary.checkpoints import weights_id
 from bytecanary.cli import main
+from bytecanary.records import read as read_records
 from bytecanary.train.checkpointing import hold_run
 
-from .conftest import digests, last_error
+from .conftest import digests, last_error, micro_config
 
 
 def _train(config, *args: str) -> int:
@@ -45,3 +47,25 @@ def test_a_run_name_that_is_not_one_folder_is_one_line(name, run_copy, capsys):
     assert main(["train", "--config", str(config), f"--run.name={name}"]) == 2
     last_error(capsys.readouterr().err, "run.name", "must name one folder")
     assert digests(run.parent) == before
+
+
+def test_a_step_retrained_after_a_kill_keeps_its_identity_and_is_probed_once(tmp_path, small_data, capsys):
+    """Killed between step 8's weights file and its full state: the resume from step 4 writes
+    step 8 again, bit for bit, under the same ``checkpoint_id``, so it is not probed twice."""
+    config = micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs")
+    args = ["train", "--config", str(config), "--run.name", "k", "--run.keep_state_every", "4"]
+    assert main([*args, "--trainer.max_steps", "8"]) == 0
+    ckpts = tmp_path / "runs" / "k" / "checkpoints"
+    weights = ckpts / "step0000008.safetensors"
+    first = weights.read_bytes()
+    out = tmp_path / "side.jsonl"  # a sidecar probed the step's first file
+    probe = ["probe", str(ckpts), "--probes", "level0", "--trial", "--no-wandb", "--out", str(out)]
+    assert main(probe) == 0
+    (ckpts / "step0000008.ckpt").unlink()  # the kill: no full state of step 8
+    (ckpts / "last.ckpt").unlink()
+    assert main([*args, "--trainer.max_steps", "8", "--run.resume", "true"]) == 0
+    assert weights.read_bytes() == first and weights_id(weights) is not None
+    capsys.readouterr()
+    assert main(probe) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert [r.step for r in read_records(out)] == [4, 8]

@@ -8,7 +8,7 @@ import torch
 
 from bytecanary.cli import main
 
-from .conftest import one_error
+from .conftest import last_error, micro_config, one_error
 
 BAD = {
     "interval -1": (
@@ -47,3 +47,16 @@ def test_a_device_the_machine_has_is_taken(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert Job(device="cuda:1").device == "cuda:1" and Job(device="cuda").device == "cuda"
     assert Job(device="cpu").device == "cpu"
+
+
+@pytest.mark.parametrize("accelerator", ["cuda", "gpu", "bogus"])
+def test_a_training_accelerator_this_machine_lacks_is_one_line(
+    accelerator, tmp_path, small_data, capsys, monkeypatch
+):
+    from lightning.pytorch.accelerators import CUDAAccelerator
+
+    monkeypatch.setattr(CUDAAccelerator, "is_available", staticmethod(lambda: False))  # whatever it has
+    config = micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs")
+    assert main(["train", "--config", str(config), f"--trainer.accelerator={accelerator}"]) == 2
+    last_error(capsys.readouterr().err, "trainer.accelerator", repr(accelerator), "this machine has: cpu")
+    assert not (tmp_path / "runs").exists()

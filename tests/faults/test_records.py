@@ -8,7 +8,9 @@ from collections import Counter
 
 import pytest
 
+from bytecanary import keys
 from bytecanary.cli import main
+from bytecanary.io import read_jsonl
 from bytecanary.records import read as read_records
 
 from ..report.runs import assert_one_sync_of_every_offline_run, make_run
@@ -42,6 +44,9 @@ def test_sigkill_inside_the_probe_callback_then_resume_gives_every_record_once(t
     assert sorted({r.step for r in rows}) == [4, 8, 12]
     counts = _counts(run / "probes.jsonl")
     assert len(counts) == 9 and set(counts.values()) == {1}  # 3 checkpoints x 3 probes, each once
+    # step 8 validates too: its probes fire once its validation is logged, so the kill lost none
+    val = [r[keys.STEP] for r in read_jsonl(run / "metrics.jsonl") if keys.val_ppl() in r]
+    assert val == [4, 8, 12]
 
 
 def _probe(*args: str) -> int:
