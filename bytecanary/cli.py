@@ -147,6 +147,17 @@ class ProbeWorker:
     lease: float | None = None
 
 
+def _set_threads(threads: int | None) -> None:
+    """``--threads``: torch's CPU threads for this process (None: torch's own default)."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise BytecanaryError(f"probe: --threads must be >= 1, got {threads}")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 def probe(
     paths: list[str],
     *,
@@ -181,12 +192,7 @@ def probe(
     from bytecanary.probes.runner import Job, probe_specs, run
     from bytecanary.report.summary import add_mcqa_series, summary
 
-    if threads is not None:
-        import torch
-
-        if threads < 1:
-            raise BytecanaryError(f"probe: --threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
+    _set_threads(threads)
     names = [p.strip() for p in choice.probes.split(",") if p.strip()] if choice.probes else None
     job = Job(
         out=output.out,

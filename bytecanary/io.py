@@ -31,6 +31,18 @@ def warn(message: str) -> None:
     tqdm.write(f"warning: {message}", file=sys.stderr)
 
 
+def warn_once() -> Callable[[str], None]:
+    """``warn``, saying each message once: a bad file looked at every interval warns once."""
+    said: set[str] = set()
+
+    def once(message: str) -> None:
+        if message not in said:
+            said.add(message)
+            warn(message)
+
+    return once
+
+
 def named(err: OSError, path: str | Path, tmp: str | Path | None = None) -> OSError:
     """``err`` naming what the user asked for: ``path`` when it names no file (a write that
     fails for lack of space names nothing), and ``path`` for our temp ``tmp`` in it."""

@@ -82,3 +82,25 @@ def release(device: torch.device) -> None:
     """Give the cached blocks of a failed batch back before a smaller one is tried."""
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+def devices_here() -> list[str]:
+    """The devices this process can compute on."""
+    cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return ["cpu", *cuda, *(["mps"] if torch.backends.mps.is_available() else [])]
+
+
+def check_device(device: str | None) -> None:
+    """``--device`` names a device of this machine: else one line naming those it has, before
+    any work."""
+    if device is None:
+        return
+    here = devices_here()
+    try:
+        wanted = torch.device(device)
+    except RuntimeError:
+        raise BytecanaryError(
+            f"probe: --device {device!r} is not a device; here: {', '.join(here)}"
+        ) from None
+    if wanted.type not in here and f"{wanted.type}:{wanted.index or 0}" not in here:
+        raise BytecanaryError(f"probe: --device {device!r} is not on this machine; here: {', '.join(here)}")

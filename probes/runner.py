@@ -39,7 +39,7 @@ from bytecanary.checkpoints import (
 )
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import check_output, warn
+from bytecanary.io import check_output, warn_once
 from bytecanary.probes.claims import (
     DEFAULT_LEASE,
     MAX_LEASE,
@@ -50,7 +50,7 @@ from bytecanary.probes.claims import (
     worker_device,
 )
 from bytecanary.probes.common import build_probes, validate_specs
-from bytecanary.probes.numerics import probe_dtype
+from bytecanary.probes.numerics import check_device, probe_dtype
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import probe_class
 from bytecanary.probes.targets import (
@@ -86,40 +86,6 @@ class _Rate:
         if topic != self.topic or now - self.at >= self.period:
             print(line, flush=True)
             self.topic, self.at = topic, now
-
-
-def _warn_once() -> Callable[[str], None]:
-    """``warn``, saying each message once: a bad file looked at every interval warns once."""
-    said: set[str] = set()
-
-    def once(message: str) -> None:
-        if message not in said:
-            said.add(message)
-            warn(message)
-
-    return once
-
-
-def devices_here() -> list[str]:
-    """The devices this process can compute on."""
-    cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    return ["cpu", *cuda, *(["mps"] if torch.backends.mps.is_available() else [])]
-
-
-def check_device(device: str | None) -> None:
-    """``--device`` names a device of this machine: else one line naming those it has, before
-    any work."""
-    if device is None:
-        return
-    here = devices_here()
-    try:
-        wanted = torch.device(device)
-    except RuntimeError:
-        raise BytecanaryError(
-            f"probe: --device {device!r} is not a device; here: {', '.join(here)}"
-        ) from None
-    if wanted.type not in here and f"{wanted.type}:{wanted.index or 0}" not in here:
-        raise BytecanaryError(f"probe: --device {device!r} is not on this machine; here: {', '.join(here)}")
 
 
 def with_cli_params(spec: dict[str, Any], trial: bool, eval_sets: dict[str, str | None]) -> dict[str, Any]:
@@ -253,7 +219,7 @@ def follow(
         flush=True,
     )
     since, made = time.time(), []
-    notes, once = _Rate(NOTE_EVERY), _warn_once()
+    notes, once = _Rate(NOTE_EVERY), warn_once()
     try:
         for fresh in watch(folder, interval):
             if fresh:
