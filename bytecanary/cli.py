@@ -27,6 +27,7 @@ from docstring_parser import parse as parse_docstring
 from jsonargparse import ArgumentError, ArgumentParser
 
 from bytecanary.errors import BytecanaryError
+from bytecanary.settling import Tolerance
 from bytecanary.tracking import DEFAULT_PROJECT
 
 DESCRIPTION = (
@@ -242,17 +243,18 @@ def demo(
     return run_demo(out, minutes, config, data_config, data, steps)
 
 
-def report(run_dir: str, *, no_wandb: bool = False) -> int:
+def report(run_dir: str, *, tolerance: Tolerance, no_wandb: bool = False) -> int:
     """Convergence analysis, figures and tables into RUN_DIR/report/.
 
     Args:
         run_dir: a training run folder (metrics.jsonl, probes.jsonl)
+        tolerance: the time-to-tolerance rule's tolerances (docs/report-and-wandb.md)
         no_wandb: do not log to the run's W&B run (without it: log when RUN_DIR/wandb has one)
     """
     from bytecanary.report.writer import report_summary, write_report
 
-    write_report(run_dir, wandb=False if no_wandb else None)
-    print(report_summary(run_dir))
+    write_report(run_dir, wandb=False if no_wandb else None, tolerance=tolerance)
+    print(report_summary(run_dir, tolerance))
     return 0
 
 

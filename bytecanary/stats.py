@@ -6,7 +6,8 @@ McNemar, as the space-tokenization-trap MCQA study uses), bootstrap confidence i
 fixed-effects regression of accuracy on parsability, and the convergence detector applied
 alike to perplexity and to UTF-8 validity (arXiv:2606.14122): it says where a curve
 converged, or that it is still moving, or that it never changed beyond its noise, and
-only a pair of converged curves gets a ratio (with a bootstrap CI). A curve's noise comes
+only a pair of converged curves gets a ratio (with a bootstrap CI; the time to tolerance,
+which any finished run has, is ``bytecanary.tolerance``). A curve's noise comes
 from its probe (binomial SE, ``proportion_se``) or from its own scatter between
 checkpoints: one number for the curve (``curve_noise``) or one per point (``local_noise``).
 Plain numpy and ``math``: importable without torch or scipy.
@@ -212,18 +213,20 @@ def _scaled_residuals(x: ArrayLike, y: ArrayLike) -> np.ndarray:
     return resid**2 / (1 + w**2 + (1 - w) ** 2)  # Var(resid) / sigma^2 for independent noise
 
 
+CHI2_MEDIAN = 0.45494  # median of chi-square with 1 degree of freedom
+
+
 def curve_noise(x: ArrayLike, y: ArrayLike) -> float:
     """Noise of one point of a curve that has no measured standard error, from the curve
     itself: the scatter of each inner point around its neighbours, robustly (median, scaled
     to a standard deviation), one number for the whole curve."""
-    chi2_median = 0.45494  # median of chi-square with 1 degree of freedom
-    return math.sqrt(float(np.median(_scaled_residuals(x, y))) / chi2_median)
+    return math.sqrt(float(np.median(_scaled_residuals(x, y))) / CHI2_MEDIAN)
 
 
 LOCAL_HALF = 3  # local_noise pools the 2 * LOCAL_HALF + 1 nearest inner points
 
 
-def local_noise(x: ArrayLike, y: ArrayLike, half: int = LOCAL_HALF) -> np.ndarray:
+def local_noise(x: ArrayLike, y: ArrayLike, half: int = LOCAL_HALF, robust: bool = False) -> np.ndarray:
     """Noise of each point of a curve (x ascending) from the scatter of the checkpoints
     around it: the root mean of the scaled squared residuals of the ``2 * half + 1`` inner
     points nearest to it (the window is shifted, not cut, at the ends). Local, because
@@ -231,11 +234,16 @@ def local_noise(x: ArrayLike, y: ArrayLike, half: int = LOCAL_HALF) -> np.ndarra
     emits nothing, flipping once prompts sit near its decision boundary): one number for
     the whole curve would lend the flips to the quiet phase, or lose them when they are
     a minority of checkpoints. A mean, not a median, because a metric that flips between
-    two values repeats them, and the residual of a point equal to both neighbours is 0."""
+    two values repeats them, and the residual of a point equal to both neighbours is 0.
+    ``robust``: the median instead (scaled to a standard deviation), for a smooth curve
+    whose one sharp bend must not pass for noise at the checkpoints around it."""
     scaled = _scaled_residuals(x, y)
     size = min(2 * half + 1, len(scaled))
     starts = np.clip(np.arange(len(scaled) + 2) - 1 - half, 0, len(scaled) - size)
-    return np.array([math.sqrt(float(scaled[s : s + size].mean())) for s in starts])
+    windows = scaled[starts[:, None] + np.arange(size)]
+    if robust:
+        return np.sqrt(np.median(windows, axis=1) / CHI2_MEDIAN)
+    return np.sqrt(windows.mean(axis=1))
 
 
 def _line(lx: np.ndarray, y: np.ndarray, se: np.ndarray) -> tuple[float, float]:

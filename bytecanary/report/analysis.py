@@ -12,12 +12,13 @@ against 0.012 on the tiny CPU run). A greedy point's SE is the larger of the two
 (``validity_curve``). Expected validity (``p_valid``) is smooth in the weights and is
 judged on its own SE over the samples (``p_valid_se``). Perplexity is judged on its log
 (the validation loss), its noise estimated from the curve itself (``stats.curve_noise``):
-the validation set is fixed, so what scatters is the model between checkpoints. And how
-the MCQA protocols behave across checkpoints: whether the two letter space strategies rank
-checkpoints alike (the space-tokenization trap paper, section 3.3, saw them reorder
-models), and how far accuracy follows parsability across wrappers ("Format Sensitivity
-Index: Token-Controlled Prompt Wrapper Robustness and Schema Compliance in LLM Benchmarks",
-arXiv:2607.09665, section 5.2, eq. 5). Absent keys are absent data, never zeros.
+the validation set is fixed, so what scatters is the model between checkpoints. Beside
+that flat-tail verdict, the time to tolerance (issue 36): where each curve comes within a
+stated tolerance of its final level for good (``Tolerance``, ``Curve.settle``), and the
+ratio of validity's to perplexity's with a bootstrap CI over a grid of tolerances
+(``Convergence.tolerance_grids``): the paper's "stabilises", which holds within any
+finished run, where a power-law loss is never flat. The MCQA protocols across checkpoints
+are ``mcqa_trends``. Absent keys are absent data, never zeros.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from bytecanary import keys, records, stats
+from bytecanary import keys, records, settling, stats
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.records import Record
+from bytecanary.settling import Tolerance, ci_text, eps_text
 
 HEADLINE_KEY = keys.level0()  # V_partial over all languages and tiers: the paper's ratio
 P_VALID_KEY = keys.level0(metric="p_valid")  # expected validity over all languages and tiers
@@ -46,9 +48,6 @@ RATIO_CURVES = {  # key -> (short name, what it is), for the lines that state a 
 }
 # where a curve's noise comes from, as the convergence table says it
 FROM_CURVE, FROM_GREEDY, FROM_P_VALID_SE = "curve", "max(probe n, local scatter)", "probe (p_valid_se)"
-MIN_POINTS = 3  # fewer checkpoints (or cells) than this: no tau or fit
-PARSABILITY_KEYS = ("acc_parsable_r", "parsability_beta", "parsability_beta_se")  # over all wrapper cells
-SEPARATE, MERGED, CLOZE, DASHED = keys.SEPARATE, keys.MERGED, keys.CLOZE, keys.DASHED
 
 
 def finite(value: Any) -> float | None:
@@ -129,6 +128,18 @@ class Curve:
         """What the curve did, without the numbers (the reason a ratio is missing)."""
         return stats.STATE_WORDS[self.verdict.state] if self.verdict else self.describe
 
+    def tolerance_eps(self, eps: float) -> float:
+        """A tolerance in the units the rule runs in: log(1 + eps) for perplexity (within a
+        factor 1 + eps), eps itself for validity."""
+        return math.log1p(eps) if self.log else eps
+
+    def settle(self, eps: float) -> settling.Settling:
+        """T(eps): where the curve comes within ``eps`` of its final level for good
+        (``settling.time_to_tolerance``), judged on the larger of each point's SE and the local
+        scatter between checkpoints."""
+        xs, ys, se = self.series()
+        return settling.time_to_tolerance(xs, ys, self.tolerance_eps(eps), se)
+
 
 def make_curve(key: str, points: Iterable[tuple[Any, ...]], log: bool = False) -> Curve:
     """A curve from (tokens_seen, value) or (tokens_seen, value, se) tuples; points without
@@ -186,6 +197,7 @@ class Convergence:
     ppl: Curve
     validity: dict[str, Curve]  # greedy, by metric key; only keys some checkpoint has
     p_valid: dict[str, Curve] = field(default_factory=dict)  # expected validity, likewise
+    tolerance: Tolerance = field(default_factory=Tolerance)
 
     @property
     def headline(self) -> Curve | None:
@@ -248,132 +260,90 @@ class Convergence:
             f"{self.ppl.converged_at:,.0f} tokens seen)"
         )
 
+    def settling(self, curve: Curve, eps: float | None = None) -> settling.Settling:
+        """T(eps) of a curve, at its default tolerance unless ``eps`` is given."""
+        return curve.settle(self.tolerance.eps(curve.log) if eps is None else eps)
 
-def convergence(metrics_rows: Iterable[dict[str, Any]], probe_records: Iterable[Record]) -> Convergence:
+    @cached_property
+    def tolerance_grids(self) -> dict[str, dict[tuple[float, float], settling.TimeRatio | None]]:
+        """Per curve of ``RATIO_CURVES`` that has records: T_curve(eps_v) / T_ppl(eps_p) with
+        its bootstrap CI for every (eps_v, eps_p) of the grid; None where either curve has no
+        T(eps) (``why_no_tolerance_ratio`` says why)."""
+        grids = {}
+        for i, key in enumerate(RATIO_CURVES):
+            curve = self.curve(key)
+            if curve is None or min(len(curve.tokens), len(self.ppl.tokens)) < settling.MIN_SETTLE_POINTS:
+                continue
+            v_grid, p_grid = self.tolerance.grid(False), self.tolerance.grid(True)
+            grids[key] = settling.tolerance_ratios(
+                curve.series(),
+                self.ppl.series(),
+                [curve.tolerance_eps(e) for e in v_grid],
+                [self.ppl.tolerance_eps(e) for e in p_grid],
+                n_resamples=self.tolerance.ci_resamples,
+                seed=i,
+            )
+            grids[key] = {
+                (ev, ep): grids[key][(curve.tolerance_eps(ev), self.ppl.tolerance_eps(ep))]
+                for ev in v_grid
+                for ep in p_grid
+            }
+        return grids
+
+    def tolerance_ratio(
+        self, key: str = HEADLINE_KEY, cell: tuple[float, float] | None = None
+    ) -> settling.TimeRatio | None:
+        """T(eps_v) of ``key`` over perplexity's T(eps_p) at ``cell`` (default: the defaults)."""
+        cell = cell or (self.tolerance.validity_tolerance, self.tolerance.ppl_tolerance)
+        return self.tolerance_grids.get(key, {}).get(cell)
+
+    def why_no_tolerance_ratio(self, key: str = HEADLINE_KEY, cell: tuple[float, float] | None = None) -> str:
+        """In words, which curve has no T(eps) at ``cell`` and why."""
+        eps_v, eps_p = cell or (self.tolerance.validity_tolerance, self.tolerance.ppl_tolerance)
+        name = RATIO_CURVES[key][0]
+        curve = self.curve(key)
+        why = []
+        for what, c, eps in ((self.ppl.key, self.ppl, eps_p), (name, curve, eps_v)):
+            if c is None:
+                why.append(f"no Level 0 {name} records")
+                continue
+            s = c.settle(eps)
+            if s.state != settling.WITHIN:
+                why.append(f"{what} {s.describe(eps_text(eps, c.log))}")
+        return "; ".join(why)
+
+    def explain_tolerance(self, key: str = HEADLINE_KEY) -> str:
+        """The time-to-tolerance ratio of ``key`` at the default tolerances, within this run,
+        or in words why there is none, in one line."""
+        name, what = RATIO_CURVES[key]
+        eps_v, eps_p = self.tolerance.validity_tolerance, self.tolerance.ppl_tolerance
+        tol = f"{eps_text(eps_v, False)} vs {eps_text(eps_p, True)}"
+        r = self.tolerance_ratio(key)
+        if r is None:
+            return f"No {name}/perplexity time-to-tolerance ratio ({tol}): {self.why_no_tolerance_ratio(key)}"
+        t_v, t_p = self.settling(self.curve(key)).at, self.settling(self.ppl).at
+        return (
+            f"Within this run, {what} comes within {eps_text(eps_v, False)} of its final level after "
+            f"{r.value:.2f}x the tokens perplexity needs to come within {eps_text(eps_p, True)} of its own "
+            f"(95% CI {ci_text(r)}; {t_v:,.0f} vs {t_p:,.0f} tokens seen)"
+        )
+
+
+def convergence(
+    metrics_rows: Iterable[dict[str, Any]],
+    probe_records: Iterable[Record],
+    tolerance: Tolerance | None = None,
+) -> Convergence:
     """What ``val/ppl``, Level 0 partial/strict validity and p_valid (all, en, ja, ko, zh)
-    did over tokens seen, all judged by the same detector."""
+    did over tokens seen, all judged by the same detector, and when each came within its
+    ``tolerance`` (default ``Tolerance()``) of its final level."""
     points = ((r.get(keys.TOKENS_SEEN), r.get(keys.val_ppl())) for r in metrics_rows)
     ppl = make_curve(keys.val_ppl(), points, log=True)
     cps = checkpoints(probe_records)
     present = {k for c in cps for k in c.metrics}
     validity = {key: validity_curve(cps, key) for key in VALIDITY_KEYS if key in present}
     p_valid = {key: p_valid_curve(cps, key) for key in P_VALID_KEYS if key in present}
-    return Convergence(ppl, validity, p_valid)
-
-
-def mcqa_tasks(cps: Sequence[Checkpoint]) -> list[str]:
-    """Every MCQA task the checkpoints hold, sorted."""
-    return keys.mcqa_tasks(k for c in cps for k in c.metrics)
-
-
-def _sep_merged_tau(cps: Sequence[Checkpoint], task: str, notes: dict[str, str]) -> float:
-    """Do the two letter strategies rank the checkpoints alike? Kendall tau-b over checkpoints."""
-    key = keys.mcqa_task(task, "kendall_tau_sep_merged")
-    sep_key, merged_key = keys.mcqa(task, SEPARATE, "acc"), keys.mcqa(task, MERGED, "acc")
-    pairs = [(c.value(sep_key), c.value(merged_key)) for c in cps]
-    both = [(sep, merged) for sep, merged in pairs if sep is not None and merged is not None]
-    if len(both) < MIN_POINTS:
-        notes[key] = f"{len(both)} checkpoints with both letter accuracies, fewer than {MIN_POINTS}"
-        return math.nan
-    sep, merged = zip(*both, strict=True)
-    tau = stats.kendall_tau_b(sep, merged)
-    if math.isnan(tau):
-        constant = "separate" if len(set(sep)) == 1 else "merged"
-        notes[key] = f"{constant}-letter accuracy is the same at every checkpoint"
-    return tau
-
-
-def wrapper_cells(cps: Sequence[Checkpoint]) -> list[tuple[str, str, str, float, float]]:
-    """(checkpoint, task, wrapper family, acc, parsable) for every cell that has both."""
-    cells = []
-    for c in cps:
-        for key in sorted(c.metrics):
-            cell = keys.wrapper_cell(key)
-            if cell is None:
-                continue
-            task, family = cell
-            acc, parsable = c.value(key), c.value(keys.mcqa(task, f"{keys.WRAPPER}{family}", "parsable"))
-            if acc is not None and parsable is not None:
-                cells.append((c.key, task, family, acc, parsable))
-    return cells
-
-
-def _same_in_every_cell(values: dict[str, Sequence[float]]) -> str | None:
-    """Why a statistic over the wrapper cells is undefined: the named values never change."""
-    flat = [name for name, v in values.items() if len(set(v)) == 1]
-    if not flat:
-        return None
-    return f"{' and '.join(flat)} {'is' if len(flat) == 1 else 'are'} the same in every wrapper cell"
-
-
-def _parsability(cells: list[tuple[str, str, str, float, float]], notes: dict[str, str]) -> dict[str, float]:
-    """Does accuracy follow parsability across wrappers? Pearson r over cells, and the slope
-    of A = beta * P + alpha_checkpoint + gamma_task + delta_wrapper with its SE."""
-    r_key, beta_key, se_key = (keys.mcqa_task("all", k) for k in PARSABILITY_KEYS)
-    out = {
-        keys.mcqa_task("all", "cells"): float(len(cells)),
-        **dict.fromkeys((r_key, beta_key, se_key), math.nan),
-    }
-    if len(cells) < MIN_POINTS:
-        why = f"{len(cells)} wrapper cells (checkpoint, task, wrapper), fewer than {MIN_POINTS}"
-        notes.update(dict.fromkeys((r_key, beta_key, se_key), why))
-        return out
-    ckpt, task, family, acc, parsable = zip(*cells, strict=True)
-    out[r_key] = stats.pearson_r(parsable, acc)
-    if math.isnan(out[r_key]):
-        notes[r_key] = _same_in_every_cell({"accuracy": acc, "parsability": parsable}) or "undefined"
-    try:
-        out[beta_key], out[se_key] = stats.fixed_effects_fit(
-            acc, parsable, {"checkpoint": ckpt, "task": task, "wrapper": family}
-        )
-    except ValueError as err:
-        fit = str(err).removeprefix("fixed_effects_fit: ").replace("x is", "parsability is")
-        notes.update(dict.fromkeys((beta_key, se_key), _same_in_every_cell({"parsability": parsable}) or fit))
-    return out
-
-
-def mcqa_series(probe_records: Iterable[Record], notes: dict[str, str] | None = None) -> dict[str, float]:
-    """MCQA statistics across checkpoints, as flat ``probe/mcqa/...`` keys.
-
-    Per task with letter accuracies, ``<task>/kendall_tau_sep_merged``; over all
-    (checkpoint, task, wrapper_<family>) cells, ``all/acc_parsable_r``,
-    ``all/parsability_beta``, ``all/parsability_beta_se`` and ``all/cells``. A statistic
-    the data cannot support is NaN, and ``notes`` maps its key to the reason.
-    """
-    notes = {} if notes is None else notes
-    cps = checkpoints(probe_records)
-    out = {}
-    for task in mcqa_tasks(cps):
-        letter = (keys.mcqa(task, SEPARATE, "acc"), keys.mcqa(task, MERGED, "acc"))
-        if any(k in c.metrics for c in cps for k in letter):
-            out[keys.mcqa_task(task, "kendall_tau_sep_merged")] = _sep_merged_tau(cps, task, notes)
-    return out | _parsability(wrapper_cells(cps), notes)
-
-
-def task_groups(cps: Sequence[Checkpoint]) -> dict[str, list[str]]:
-    """MCQA tasks by group, the embedded groups (word completion, NonsenseQA) first."""
-    groups: dict[str, list[str]] = {}
-    for task in mcqa_tasks(cps):
-        groups.setdefault(keys.task_group(task), []).append(task)
-    order = {group: i for i, group in enumerate(keys.TASK_GROUPS)}
-    return dict(sorted(groups.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
-
-
-def mcqa_key(task: str, metric: str, protocol: str | None = None) -> str:
-    """One protocol's metric on a task, or (no ``protocol``) the task's own, e.g. ``fsi``."""
-    return keys.mcqa(task, protocol, metric) if protocol else keys.mcqa_task(task, metric)
-
-
-def group_mean_curve(
-    cps: Sequence[Checkpoint], tasks: Sequence[str], metric: str, protocol: str | None = None
-) -> Curve:
-    """Mean over ``tasks`` of one MCQA metric at each checkpoint, over the tasks that have
-    it there; the curve's key names the group as ``<task,task,...>``."""
-    points = []
-    for c in cps:
-        values = [v for t in tasks if (v := c.value(mcqa_key(t, metric, protocol))) is not None]
-        points.append((c.tokens_seen, sum(values) / len(values) if values else None))
-    return make_curve(mcqa_key(f"<{','.join(tasks)}>", metric, protocol), points)
+    return Convergence(ppl, validity, p_valid, (tolerance or Tolerance()).check())
 
 
 @dataclass(frozen=True)

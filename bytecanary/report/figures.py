@@ -15,11 +15,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bytecanary import keys
+from bytecanary import keys, settling
 from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
-from bytecanary.report import analysis
-from bytecanary.report.analysis import CLOZE, DASHED, MERGED, SEPARATE, Checkpoint, Convergence, Curve
+from bytecanary.report import analysis, mcqa_trends
+from bytecanary.report.analysis import Checkpoint, Convergence, Curve
+from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
 
 DPI = 120
 STYLE = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 9}
@@ -53,7 +54,7 @@ def _empty(ax: Any, message: str) -> None:
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="gray")
 
 
-def _si(tokens: float) -> str:
+def si(tokens: float) -> str:
     """400000 -> 400k, 2000000 -> 2M: token counts a reader takes in at a glance."""
     for factor, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
         if tokens >= factor:
@@ -80,7 +81,7 @@ def _tokens_axis(ax: Any) -> None:
     """Log x-axis of tokens seen with plain labels, once the axis holds data."""
     if ax.lines:
         ax.set_xscale("log")
-        _plain_log_labels(ax.xaxis, _si)
+        _plain_log_labels(ax.xaxis, si)
 
 
 def _positive(curve: Curve) -> tuple[list[float], list[float]]:
@@ -113,6 +114,38 @@ def _convergence_lines(axes: Sequence[Any], conv: Convergence) -> None:
         if x:
             for i, ax in enumerate(axes):
                 ax.axvline(x, color="gray", linestyle=style, linewidth=1.2, label=label if i == 0 else None)
+
+
+def _tolerance_marks(axes: Sequence[Any], conv: Convergence) -> None:
+    """A downward triangle where perplexity (top panel), V partial all (middle) and p_valid all
+    (bottom) come within their default tolerance of their final level for good."""
+    eps = conv.tolerance
+    for ax, curve in zip(
+        axes, (conv.ppl, conv.headline, conv.p_valid.get(analysis.P_VALID_KEY)), strict=True
+    ):
+        at = conv.settling(curve).at if curve else None
+        if at is None:
+            continue
+        ppl, validity = (
+            settling.eps_text(eps.ppl_tolerance, True),
+            settling.eps_text(eps.validity_tolerance, False),
+        )
+        label = f"within tolerance ({ppl} ppl, {validity}) of the final level from here"
+        y = curve.values[curve.tokens.index(at)]
+        ax.plot([at], [y], "v", markersize=11, color="tab:purple", label=label, zorder=5)
+
+
+def tolerance_title(conv: Convergence) -> str:
+    """The time-to-tolerance ratios at the default tolerances, in one sentence for a title."""
+    eps = conv.tolerance
+    parts = []
+    for key, (name, _) in analysis.RATIO_CURVES.items():
+        r = conv.tolerance_ratio(key)
+        parts.append(f"{name} {r.value:.2f}x (95% CI {settling.ci_text(r)})" if r else f"{name} n/a")
+    tol = (
+        f"{settling.eps_text(eps.validity_tolerance, False)} vs {settling.eps_text(eps.ppl_tolerance, True)}"
+    )
+    return f"Within this run, tokens to tolerance ({tol}) over perplexity's: {', '.join(parts)}"
 
 
 def _greedy_panel(ax: Any, conv: Convergence) -> None:
@@ -181,12 +214,14 @@ def convergence_figure(conv: Convergence) -> Any:
         bottom.set_ylabel("expected validity p_valid (0-1)")
         bottom.set_xlabel(TOKENS_LABEL)
         _convergence_lines([top, middle, bottom], conv)
+        _tolerance_marks([top, middle, bottom], conv)
         for ax in (top, middle, bottom):
             _tokens_axis(ax)
             ax.grid(True, which="major", alpha=0.3)
         if top.get_legend_handles_labels()[0]:
             top.legend(loc="upper right")
-        title = f"{conv.explain()}. {conv.explain(analysis.P_VALID_KEY)}"  # the ratios, or why there are none
+        # the ratios, or why there are none; then the time-to-tolerance ratios
+        title = f"{conv.explain()}. {conv.explain(analysis.P_VALID_KEY)}. {tolerance_title(conv)}"
         fig.suptitle(textwrap.fill(title, 90))
     return fig
 
@@ -233,7 +268,7 @@ def plot_tiers(cps: Sequence[Checkpoint], path: Path) -> None:
 
 def _accuracy_panel(ax: Any, cps: Sequence[Checkpoint], group: str, tasks: list[str]) -> None:
     for protocol, (color, style) in PROTOCOL_STYLES.items():
-        curve = analysis.group_mean_curve(cps, tasks, "acc", protocol)
+        curve = mcqa_trends.group_mean_curve(cps, tasks, "acc", protocol)
         _plot(ax, curve, color=color, linestyle=style, label=keys.PROTOCOL_LABELS[protocol])
     if group == "nonsenseqa":
         ax.axhline(NONSENSE_CHANCE, color="gray", linewidth=1, label="chance (0.25)")
@@ -249,7 +284,7 @@ def _sensitivity_panel(ax: Any, cps: Sequence[Checkpoint], groups: dict[str, lis
     for group, tasks in groups.items():
         color = next(colors, None)
         for metric, style in (("fsi", "-"), ("psi", "--")):
-            curve = analysis.group_mean_curve(cps, tasks, metric)
+            curve = mcqa_trends.group_mean_curve(cps, tasks, metric)
             _plot(ax, curve, color=color, linestyle=style, label=f"{metric.upper()} {group}")
     if ax.lines:
         ax.set_ylim(bottom=0)
@@ -264,7 +299,7 @@ def plot_mcqa(cps: Sequence[Checkpoint], path: Path) -> None:
     line), and FSI/PSI."""
     import matplotlib
 
-    groups = analysis.task_groups(cps)
+    groups = mcqa_trends.task_groups(cps)
     with matplotlib.rc_context(STYLE):
         if not groups:
             fig, axes = _figure(1, 1, (8, 4))

@@ -21,8 +21,8 @@ from bytecanary import keys
 from bytecanary.data.evalsets import TIERS
 from bytecanary.io import warn
 from bytecanary.records import Record, merge, read
-from bytecanary.report import analysis
-from bytecanary.report.analysis import CLOZE, DASHED, MERGED, SEPARATE
+from bytecanary.report import mcqa_trends
+from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
 
 
 @dataclass(frozen=True)
@@ -91,14 +91,14 @@ def _mcqa_cells(metrics: dict[str, float]) -> list[float | None]:
     cells = []
     for _, group, protocol, metric in MCQA_COLUMNS:
         if group == "all":
-            cells.append(metrics.get(analysis.mcqa_key("all", metric, protocol)))
+            cells.append(metrics.get(mcqa_trends.mcqa_key("all", metric, protocol)))
             continue
         values = [
             v
             for k, v in metrics.items()
             if (task := keys.mcqa_task_of(k))
             and keys.task_group(task) == group
-            and k == analysis.mcqa_key(task, metric, protocol)
+            and k == mcqa_trends.mcqa_key(task, metric, protocol)
         ]
         cells.append(sum(values) / len(values) if values else None)
     return cells
@@ -180,7 +180,7 @@ def _benchmark_lines(records: dict[str, Record]) -> list[str]:
     for r in _in_step_order(records):
         for task in keys.mcqa_tasks(r.metrics):
             if keys.task_group(task) == task:
-                cells = [r.metrics.get(analysis.mcqa_key(task, m, p)) for _, p, m in BENCHMARK_COLUMNS]
+                cells = [r.metrics.get(mcqa_trends.mcqa_key(task, m, p)) for _, p, m in BENCHMARK_COLUMNS]
                 rows.append(_row_head(r) + f"{task[-16:]:>17}" + _cells(cells))
     if not rows:
         return []
@@ -195,10 +195,10 @@ def _mcqa_series_line(records: list[Record]) -> str:
     much of wrapper accuracy parsability explains (Pearson r, fixed-effects beta); ``n/a``
     with the reason where the data cannot support a statistic."""
     notes: dict[str, str] = {}
-    s = analysis.mcqa_series(records, notes)
+    s = mcqa_trends.mcqa_series(records, notes)
     taus = {t: k for t in keys.mcqa_tasks(s) if (k := keys.mcqa_task(t, "kendall_tau_sep_merged")) in s}
     tau = "  ".join(f"{t} {s[k]:+.2f}" for t, k in taus.items() if k not in notes)
-    r, beta, se = (keys.mcqa_task("all", k) for k in analysis.PARSABILITY_KEYS)
+    r, beta, se = (keys.mcqa_task("all", k) for k in mcqa_trends.PARSABILITY_KEYS)
     if r in notes and notes[r] == notes.get(beta):
         fit = f"n/a: {notes[r]}"
     else:
@@ -225,4 +225,4 @@ def add_mcqa_series(out: Path, wandb_run: Any) -> None:
     into the W&B run's summary, beside the per-checkpoint curves."""
     mcqa = [r for r in _records(out) if r.probe == "mcqa"]
     if len(mcqa) > 1:
-        wandb_run.summary.update(analysis.mcqa_series(mcqa))
+        wandb_run.summary.update(mcqa_trends.mcqa_series(mcqa))

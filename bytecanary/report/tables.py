@@ -12,11 +12,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from bytecanary import keys
+from bytecanary import keys, settling
 from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
-from bytecanary.report import analysis, figures
-from bytecanary.report.analysis import CLOZE, DASHED, MERGED, SEPARATE, Checkpoint, Convergence, Curve
+from bytecanary.report import analysis, figures, mcqa_trends
+from bytecanary.report.analysis import Checkpoint, Convergence, Curve
+from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
 
 _VALIDITY_COLUMNS = [
     *(
@@ -150,6 +151,75 @@ def _convergence_table(conv: Convergence) -> Table:
     return Table("convergence", title, columns, rows)
 
 
+def _tolerance_table(conv: Convergence) -> Table:
+    """Every curve's time to tolerance at its default tolerance: where it came within eps of
+    its final level for good, or why it has no such point, with the final level and noise."""
+    rows = []
+    for curve in (conv.ppl, *conv.validity.values(), *conv.p_valid.values()):
+        eps = conv.tolerance.eps(curve.log)
+        s = conv.settling(curve)
+        final = None if math.isnan(s.final) else (math.exp(s.final) if curve.log else s.final)
+        noise = None if math.isnan(s.noise) else s.noise
+        rows.append(
+            [curve.key, settling.eps_text(eps, curve.log), s.state, s.at, final, s.final_points, noise]
+        )
+    columns = [
+        Column("curve", ""),
+        Column("tolerance", ""),
+        Column("state", ""),
+        Column("within from (tokens seen)", ",.0f"),
+        Column("final level", ".4g"),
+        Column("final points", ""),
+        Column("noise", ".2g"),
+    ]
+    title = "Time to tolerance (val/ppl relative, on its log; validity absolute)"
+    return Table("time_to_tolerance", title, columns, rows)
+
+
+def _short_why(conv: Convergence, key: str, cell: tuple[float, float]) -> str:
+    """Per cell without a ratio, which curve had no T(eps) and in one or two words why."""
+    eps_v, eps_p = cell
+    name = analysis.RATIO_CURVES[key][0]
+    why = [
+        f"{what} {c.settle(eps).state}"
+        for what, c, eps in (("val/ppl", conv.ppl, eps_p), (name, conv.curve(key), eps_v))
+        if c.settle(eps).state != settling.WITHIN
+    ]
+    return f"n/a: {'; '.join(why)}"
+
+
+def _tokens(s: settling.Settling) -> str:
+    return figures.si(s.at) if s.at is not None else "n/a"
+
+
+def _grid_tables(conv: Convergence) -> list[Table]:
+    """Per ratio curve (V partial, p_valid), its T(eps_v) over perplexity's T(eps_p) with the
+    95% CI for every pair of the grid's tolerances, each heading with the curve's T(eps)."""
+    tables = []
+    for key, grid in conv.tolerance_grids.items():
+        name = analysis.RATIO_CURVES[key][0]
+        curve = conv.curve(key)
+        p_eps, v_eps = conv.tolerance.grid(True), conv.tolerance.grid(False)
+        columns = [Column(f"{name} \\ val/ppl", "")] + [
+            Column(f"{settling.eps_text(e, True)} (T {_tokens(conv.ppl.settle(e))})", "") for e in p_eps
+        ]
+        rows = []
+        for ev in v_eps:
+            cells = []
+            for ep in p_eps:
+                r = grid[(ev, ep)]
+                cells.append(
+                    f"{r.value:.2f} ({settling.ci_text(r)})" if r else _short_why(conv, key, (ev, ep))
+                )
+            rows.append([f"{settling.eps_text(ev, False)} (T {_tokens(curve.settle(ev))})", *cells])
+        title = (
+            f"Time-to-tolerance ratio, {name} over val/ppl, within this run "
+            f"(value and 95% CI; T: tokens seen to come within the tolerance)"
+        )
+        tables.append(Table(f"tolerance_grid_{name}", title, columns, rows))
+    return tables
+
+
 def _tier_tables(metrics: list[dict[str, Any]], cps: list[Checkpoint]) -> list[Table]:
     tables = []
     for lang in LANGUAGES:
@@ -172,7 +242,7 @@ def _group_table(
     columns, curves = [], []
     for group, tasks in groups.items():
         for label, metric, protocol in metrics:
-            curve = analysis.group_mean_curve(cps, tasks, metric, protocol)
+            curve = mcqa_trends.group_mean_curve(cps, tasks, metric, protocol)
             columns.append(Column(f"{group} {label}", ".3f", curve.key))
             curves.append(curve)
     tokens = sorted({x for c in curves for x in c.tokens})
@@ -187,18 +257,24 @@ def _value_at(curve: Curve, x: float) -> float | None:
 
 
 def _mcqa_tables(cps: list[Checkpoint], series: dict[str, float]) -> list[Table]:
-    groups = analysis.task_groups(cps)
+    groups = mcqa_trends.task_groups(cps)
     if not groups:
         return []
     accuracy = [(keys.PROTOCOL_LABELS[p], "acc", p) for p in figures.PROTOCOL_STYLES]
     sensitivity = [("FSI", "fsi", None), ("PSI", "psi", None)]
     last = next(c for c in reversed(cps) if any(keys.probe_of(k) == "mcqa" for k in c.metrics))
     task_rows = [
-        [t, *(last.value(analysis.mcqa_key(t, metric, protocol)) for _, protocol, metric, _ in _TASK_COLUMNS)]
-        for t in analysis.mcqa_tasks([last])
+        [
+            t,
+            *(
+                last.value(mcqa_trends.mcqa_key(t, metric, protocol))
+                for _, protocol, metric, _ in _TASK_COLUMNS
+            ),
+        ]
+        for t in mcqa_trends.mcqa_tasks([last])
     ]
     task_columns = [
-        Column(label, fmt, analysis.mcqa_key("<task>", metric, protocol))
+        Column(label, fmt, mcqa_trends.mcqa_key("<task>", metric, protocol))
         for label, protocol, metric, fmt in _TASK_COLUMNS
     ]
     at = f"{last.tokens_seen:,} tokens seen" if last.tokens_seen is not None else last.key
@@ -235,4 +311,11 @@ def build_tables(
         [(c, k) for c, k in _VALIDITY_COLUMNS if any(k in cp.metrics for cp in cps)],
         with_ppl=True,
     )
-    return [per_checkpoint, _convergence_table(conv), *_tier_tables(metrics, cps), *_mcqa_tables(cps, series)]
+    return [
+        per_checkpoint,
+        _convergence_table(conv),
+        _tolerance_table(conv),
+        *_grid_tables(conv),
+        *_tier_tables(metrics, cps),
+        *_mcqa_tables(cps, series),
+    ]

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bytecanary import stats
+from bytecanary import settling, stats
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_dir, check_output, read_jsonl, warn
 from bytecanary.records import Record, merge, read
-from bytecanary.report import analysis, figures
+from bytecanary.report import analysis, figures, mcqa_trends
 from bytecanary.report.analysis import Convergence
 from bytecanary.report.tables import Table, build_tables
 from bytecanary.tracking import DEFAULT_PROJECT, is_offline, offline_sync, wandb_mode
@@ -135,7 +135,10 @@ def render_markdown(data: RunData, conv: Convergence, tables: list[Table], notes
         f"# bytecanary report: {data.run_dir}\n",
         f"{conv.explain()}{' (the paper reports about 2x).' if conv.ratio else '.'}\n",
         f"{conv.explain(analysis.P_VALID_KEY)}.\n",
+        f"{conv.explain_tolerance()}.\n",
+        f"{conv.explain_tolerance(analysis.P_VALID_KEY)}.\n",
         rule + "\n",
+        tolerance_rule(conv.tolerance) + "\n",
         "Figures: `convergence.png` (perplexity, greedy validity, expected validity p_valid), "
         "`tiers.png` (validity by frequency tier), `mcqa.png` (MCQA protocols, FSI/PSI). Absent "
         "data is `-`; a statistic the data cannot support is `n/a`.\n",
@@ -152,6 +155,28 @@ def render_markdown(data: RunData, conv: Convergence, tables: list[Table], notes
         )
     parts.append("## Reproduce\n\n```bash\n" + "\n".join(commands(data)) + "\n```\n")
     return "\n".join(parts)
+
+
+def tolerance_rule(tolerance: settling.Tolerance) -> str:
+    """How the time-to-tolerance lines and grids are made, for ``report.md``."""
+    return (
+        f"Time to tolerance (`settling.time_to_tolerance`): T(eps) is the first checkpoint from which a "
+        f"curve stays within eps of its final level for the rest of the run (at least "
+        f"{settling.MIN_STAY} checkpoints); eps is relative for val/ppl (a factor 1 + eps, on its log; "
+        f"default {settling.eps_text(tolerance.ppl_tolerance, True)}) and absolute for validity (default "
+        f"{settling.eps_text(tolerance.validity_tolerance, False)}). The final level is the mean of the "
+        f"last checkpoints within the noise (the last {settling.MIN_STAY}, and each one before them while it "
+        f"lies within {settling.FINAL_Z:g}x noise of that mean and the tail shows no slope beyond "
+        f"{settling.FINAL_SLOPE_Z:g} SE). A point is within eps when the median of the narrowest window of "
+        f"3 to {2 * settling.MAX_HALF + 1} checkpoints around it that knows the level to eps/"
+        f"{settling.RESOLVE_Z:g} is, so one noisy point neither ends nor extends the stay. Noise: the larger "
+        f"of the probe's sampling SE and the scatter of the checkpoints around the point (a median); "
+        f"where more than half of the stay cannot tell eps, the curve is 'too noisy'. The ratio's CI is "
+        f"a parametric bootstrap of checkpoint noise ({tolerance.ci_resamples} resamples: each curve's "
+        f"running median plus normal noise of each point's size, the whole rule rerun); the records "
+        f"hold no per-prompt scores, so prompts are not resampled. It holds within this run: a longer "
+        f"run has a later final level."
+    )
 
 
 def wandb_run_id(run_dir: Path) -> str | None:
@@ -177,9 +202,23 @@ def _scalars(conv: Convergence, series: dict[str, float]) -> dict[str, float]:
         "report/p_valid_ppl_ratio": conv.p_valid_ratio.value if conv.p_valid_ratio else None,
         "report/p_valid_ppl_ratio_lo": conv.p_valid_ratio.lo if conv.p_valid_ratio else None,
         "report/p_valid_ppl_ratio_hi": conv.p_valid_ratio.hi if conv.p_valid_ratio else None,
+        "report/ppl_tolerance_tokens": conv.settling(conv.ppl).at,
+        **_tolerance_scalars(conv),
         **series,
     }
     return {k: v for k, v in numbers.items() if v is not None and not math.isnan(v)}
+
+
+def _tolerance_scalars(conv: Convergence) -> dict[str, float | None]:
+    """Per ratio curve, its T(eps) and its time-to-tolerance ratio to perplexity with the CI
+    (at the default tolerances)."""
+    out: dict[str, float | None] = {}
+    for key, (name, _) in analysis.RATIO_CURVES.items():
+        curve, r = conv.curve(key), conv.tolerance_ratio(key)
+        out[f"report/{name}_tolerance_tokens"] = conv.settling(curve).at if curve else None
+        for end, value in (("", "value"), ("_lo", "lo"), ("_hi", "hi")):
+            out[f"report/{name}_ppl_tolerance_ratio{end}"] = getattr(r, value) if r else None
+    return out
 
 
 def curve_charts(conv: analysis.Convergence) -> dict[str, Any]:
@@ -238,17 +277,20 @@ def log_to_wandb(
     return offline_dir
 
 
-def write_report(run_dir: str | Path, wandb: bool | None = None) -> Path:
+def write_report(
+    run_dir: str | Path, wandb: bool | None = None, tolerance: settling.Tolerance | None = None
+) -> Path:
     """Write ``run_dir/report/`` whole (figures and ``report.md``) and return it. ``wandb``:
     also log to the run's W&B run (default: when ``run_dir/wandb`` holds one). Offline, it
     prints one ``wandb sync`` of the run's whole ``wandb/``: the training run and every report,
-    each uploaded once (W&B marks what it synced)."""
+    each uploaded once (W&B marks what it synced). ``tolerance``: the time-to-tolerance
+    settings (default ``settling.Tolerance()``)."""
     check_output(check_run_dir(run_dir) / REPORT_DIR, folder=True)  # before the work: report/ may be a file
     data = load_run(run_dir)
-    conv = analysis.convergence(data.metrics, data.probes)
+    conv = analysis.convergence(data.metrics, data.probes, tolerance)
     cps = analysis.checkpoints(data.probes)
     notes: dict[str, str] = {}
-    series = analysis.mcqa_series(data.probes, notes) if analysis.mcqa_tasks(cps) else {}
+    series = mcqa_trends.mcqa_series(data.probes, notes) if mcqa_trends.mcqa_tasks(cps) else {}
     tables = build_tables(data.metrics, cps, conv, series)
     out = data.run_dir / REPORT_DIR
     with atomic_dir(out) as tmp:
@@ -265,12 +307,17 @@ def write_report(run_dir: str | Path, wandb: bool | None = None) -> Path:
     return out
 
 
-def report_summary(run_dir: str | Path) -> str:
+def report_summary(run_dir: str | Path, tolerance: settling.Tolerance | None = None) -> str:
     """A few lines for the terminal: what perplexity, V_partial and p_valid did, the ratios of
-    the two to perplexity, the share of the run spent in probes, the report's path (after
-    ``write_report``, which warned of any bad line already)."""
+    the two to perplexity (flat tail, and time to ``tolerance`` within this run), the share
+    of the run spent in probes, the report's path (after ``write_report``, which warned of
+    any bad line already)."""
     data = load_run(run_dir, on_bad=lambda message: None)
-    conv = analysis.convergence(data.metrics, data.probes)
+    conv = analysis.convergence(data.metrics, data.probes, tolerance)
+    eps = conv.tolerance
+    within = (
+        f"{settling.eps_text(eps.validity_tolerance, False)} vs {settling.eps_text(eps.ppl_tolerance, True)}"
+    )
     lines = [f"validation perplexity {conv.ppl.describe}"]
     for key, (name, what) in analysis.RATIO_CURVES.items():
         curve, r = conv.curve(key), conv.ratios[key]
@@ -282,6 +329,13 @@ def report_summary(run_dir: str | Path) -> str:
             else f"n/a ({conv.why_no_ratio(key)})"
         )
         lines.append(f"{name}/perplexity tokens: {ratio}")
+        t = conv.tolerance_ratio(key)
+        settled = (
+            f"{t.value:.2f}x (95% CI {settling.ci_text(t)})"
+            if t
+            else f"n/a ({conv.why_no_tolerance_ratio(key)})"
+        )
+        lines.append(f"{name}/perplexity tokens to tolerance ({within}, within this run): {settled}")
     cost = analysis.probe_cost(data.metrics)
     return "\n".join(
         [

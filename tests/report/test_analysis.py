@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from bytecanary import keys, records, stats
+from bytecanary import keys, records, settling, stats
+from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_jsonl
-from bytecanary.report import analysis
+from bytecanary.report import analysis, mcqa_trends
 
 from .runs import FAMILIES, FLIPS, PPL_AT, TASKS, TOKENS, VALIDITY_AT, N, make_run, p_valid_se, record
 
@@ -132,7 +133,7 @@ def test_mcqa_series_equals_direct_recomputation(tmp_path):
     rows = records.read(make_run(tmp_path) / "probes.jsonl")
     ok = [r for r in rows if r.ok and r.probe == "mcqa"]
     notes: list[str] = []
-    got = analysis.mcqa_series(rows, notes)
+    got = mcqa_trends.mcqa_series(rows, notes)
     assert notes == []
     for task in TASKS:
         sep = [r.metrics[f"probe/mcqa/{task}/letter_separate/acc"] for r in ok]
@@ -184,7 +185,7 @@ def test_mcqa_series_skips_what_the_data_cannot_support():
         for t in TOKENS[:2]
     ]
     notes: dict[str, str] = {}
-    got = analysis.mcqa_series(rows, notes)
+    got = mcqa_trends.mcqa_series(rows, notes)
     assert math.isnan(got["probe/mcqa/wordcomp_en/kendall_tau_sep_merged"])
     assert got["probe/mcqa/all/cells"] == 2
     assert all(math.isnan(got[f"probe/mcqa/all/{k}"]) for k in ("acc_parsable_r", "parsability_beta"))
@@ -192,11 +193,11 @@ def test_mcqa_series_skips_what_the_data_cannot_support():
     assert notes == {
         tau: "2 checkpoints with both letter accuracies, fewer than 3",
         **dict.fromkeys(
-            [f"probe/mcqa/all/{k}" for k in analysis.PARSABILITY_KEYS],
+            [f"probe/mcqa/all/{k}" for k in mcqa_trends.PARSABILITY_KEYS],
             "2 wrapper cells (checkpoint, task, wrapper), fewer than 3",
         ),
     }
-    empty = analysis.mcqa_series([])
+    empty = mcqa_trends.mcqa_series([])
     assert empty["probe/mcqa/all/cells"] == 0 and math.isnan(empty["probe/mcqa/all/parsability_beta_se"])
 
 
@@ -207,16 +208,16 @@ def test_task_groups_and_their_mean_curve():
         {"probe/mcqa/wordcomp_en/cloze/acc": 0.5, "probe/mcqa/wordcomp_ja/cloze/acc": 0.7},
     ]
     cps = analysis.checkpoints(record(t, "mcqa", m) for t, m in zip((4096, 8192), metrics, strict=True))
-    groups = analysis.task_groups(cps)
+    groups = mcqa_trends.task_groups(cps)
     assert list(groups.items()) == [
         ("wordcomp", ["wordcomp_en", "wordcomp_ja"]),
         ("nonsenseqa", ["nonsenseqa_ja"]),
         ("mmlu", ["mmlu"]),
     ]
-    curve = analysis.group_mean_curve(cps, groups["wordcomp"], "acc", analysis.CLOZE)
+    curve = mcqa_trends.group_mean_curve(cps, groups["wordcomp"], "acc", mcqa_trends.CLOZE)
     assert curve.tokens == [8192.0] and curve.values == [pytest.approx(0.6)]
     assert curve.key == keys.mcqa("<wordcomp_en,wordcomp_ja>", "cloze", "acc")
-    fsi = analysis.group_mean_curve(cps, groups["mmlu"], "fsi")
+    fsi = mcqa_trends.group_mean_curve(cps, groups["mmlu"], "fsi")
     assert fsi.tokens == [] and fsi.key == "probe/mcqa/<mmlu>/fsi"
 
 
@@ -232,3 +233,57 @@ def test_probe_cost_sums_logged_probe_seconds_against_the_last_wall_time():
     assert cost.share == pytest.approx(0.1)
     assert cost.describe() == "6 s of 60 s of training (10.0%): level0 2 s, mcqa 4 s"
     assert analysis.probe_cost(rows[:1]) is None  # no wall time logged: no share invented
+
+
+def test_time_to_tolerance_of_the_fabricated_curves(tmp_path):
+    """Issue 36 on the flipping run: perplexity is within 2% from PPL_AT, p_valid within 0.01
+    from VALIDITY_AT, so p_valid's ratio is 2 within this run, with a CI around it; greedy
+    validity flips by 0.3 and is too noisy to tell 0.01, which the headline says instead of
+    a number."""
+    conv = _convergence(make_run(tmp_path, validity="flips"))
+    assert conv.settling(conv.ppl).at == PPL_AT
+    p_valid = conv.p_valid[analysis.P_VALID_KEY]
+    assert conv.settling(p_valid).at == VALIDITY_AT
+    assert conv.settling(conv.headline).state == settling.TOO_NOISY
+    r = conv.tolerance_ratio(analysis.P_VALID_KEY)
+    assert r.value == pytest.approx(2.0) and r.lo <= 2.0 <= r.hi and r.defined > 0.5
+    assert conv.explain_tolerance(analysis.P_VALID_KEY) == (
+        "Within this run, Level 0 expected validity (all, p_valid) comes within ±0.01 of its final "
+        "level after 2.00x the tokens perplexity needs to come within ±2% of its own "
+        f"(95% CI {settling.ci_text(r)}; 200,000 vs 100,000 tokens seen)"
+    )
+    assert conv.tolerance_ratio() is None
+    assert conv.explain_tolerance().startswith(
+        "No validity/perplexity time-to-tolerance ratio (±0.01 vs ±2%): "
+        "validity too noisy to tell ±0.01 (noise"
+    )
+    # the grid: every pair of tolerances, the defaults among them
+    grid = conv.tolerance_grids[analysis.P_VALID_KEY]
+    assert set(grid) == {(v, p) for v in (0.005, 0.01, 0.02) for p in (0.01, 0.02, 0.05)}
+    assert all(grid[(v, 0.02)].value == pytest.approx(2.0) for v in (0.005, 0.01, 0.02))
+    assert all(cell is None for cell in conv.tolerance_grids[analysis.HEADLINE_KEY].values())
+
+
+def test_tolerances_are_settings(tmp_path):
+    run = make_run(tmp_path)
+    rows, probes = read_jsonl(run / "metrics.jsonl"), records.read(run / "probes.jsonl")
+    tolerance = settling.Tolerance(ppl_tolerance=0.05, validity_tolerance=0.03, ci_resamples=200)
+    conv = analysis.convergence(rows, probes, tolerance)
+    assert conv.tolerance.grid(True) == (0.01, 0.02, 0.05) and conv.tolerance.grid(False) == (
+        0.005,
+        0.01,
+        0.02,
+        0.03,
+    )
+    assert conv.settling(conv.ppl).eps == pytest.approx(math.log1p(0.05))  # perplexity: within a factor 1.05
+    assert (0.03, 0.05) in conv.tolerance_grids[analysis.P_VALID_KEY]
+    assert conv.explain_tolerance(analysis.P_VALID_KEY).startswith(
+        "Within this run, Level 0 expected validity (all, p_valid) comes within ±0.03 of its final level"
+    )
+    for bad, flag in (
+        (settling.Tolerance(ppl_tolerance=2.0), "--ppl-tolerance"),
+        (settling.Tolerance(validity_grid=()), "--validity-grid"),
+        (settling.Tolerance(ci_resamples=10), "--ci-resamples"),
+    ):
+        with pytest.raises(BytecanaryError, match=flag):
+            analysis.convergence(rows, probes, bad)

@@ -51,9 +51,17 @@ def test_the_convergence_figure_draws_p_valid_in_a_panel_of_its_own_with_its_se(
         sum(list(line.get_ydata()) == c.values for c in conv.validity.values() for line in greedy.lines) == 10
     )
     assert not any(line.get_label().startswith("p_valid") for line in greedy.lines)
-    # the title states both ratios
+    # the title states both ratios, and the time-to-tolerance ones
     title = " ".join(fig.get_suptitle().split())
     assert conv.explain() in title and conv.explain(analysis.P_VALID_KEY) in title
+    assert figures.tolerance_title(conv) in title
+    assert "tokens to tolerance (±0.01 vs ±2%) over perplexity's: validity n/a, p_valid 2.00x" in title
+    # a triangle where perplexity and p_valid come within their tolerance; V partial is too noisy
+    triangles = [line for ax in fig.axes[:3] for line in ax.lines if line.get_marker() == "v"]
+    assert [(line.axes, list(line.get_xdata())) for line in triangles] == [
+        (ppl, [100_000]),
+        (p_valid, [200_000]),
+    ]
 
 
 def test_records_without_p_valid_say_so_in_its_panel(tmp_path):
@@ -74,4 +82,4 @@ def test_the_accuracy_panel_draws_the_keys_protocols_under_their_labels():
 
 
 def test_tokens_read_at_a_glance():
-    assert [figures._si(t) for t in (400, 4_000, 2_000_000, 3.5e9)] == ["400", "4k", "2M", "3.5B"]
+    assert [figures.si(t) for t in (400, 4_000, 2_000_000, 3.5e9)] == ["400", "4k", "2M", "3.5B"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bytecanary.records import read
-from bytecanary.report import analysis
+from bytecanary.report import mcqa_trends
 from bytecanary.report.summary import add_mcqa_series, summary
 
 from .runs import write_jsonl
@@ -173,7 +173,7 @@ def test_the_finish_hook_puts_the_series_into_the_wandb_summary(records):
     run = _Run()
     add_mcqa_series(records, run)
     mcqa = [r for r in read(records) if r.probe == "mcqa"]
-    want = analysis.mcqa_series(mcqa)
+    want = mcqa_trends.mcqa_series(mcqa)
     assert run.summary.keys() == want.keys() and run.summary["probe/mcqa/all/cells"] == 0
     assert run.summary["probe/mcqa/wordcomp_en/kendall_tau_sep_merged"] == pytest.approx(1 / 3)
     assert math.isnan(run.summary["probe/mcqa/all/parsability_beta"])

@@ -2,6 +2,7 @@
 what happens when the inputs are bad."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -56,6 +57,38 @@ def test_report_md_holds_the_tables_and_commands(reported):
     assert "| probe/mcqa/wordcomp_en/kendall_tau_sep_merged |" in md
 
 
+def test_report_md_gives_time_to_tolerance_and_its_grid(reported):
+    """Issue 36: the time-to-tolerance lines beside the flat-tail ones, the rule, every
+    curve's T(eps), and per ratio curve a grid of ratios over the tolerances whose every cell
+    holds a ratio with its CI or says why there is none."""
+    run = reported[0]
+    md = (run / "report" / "report.md").read_text(encoding="utf-8")
+    data = load_run(run)
+    conv = analysis.convergence(data.metrics, data.probes)
+    flat_tail = md.index(f"\n\n{conv.explain()}")
+    assert md.index(f"\n\n{conv.explain_tolerance(analysis.P_VALID_KEY)}.\n") > flat_tail
+    assert conv.explain_tolerance(analysis.P_VALID_KEY).startswith(
+        "Within this run, Level 0 expected validity (all, p_valid) comes within ±0.01 of its final level "
+        "after 2.00x the tokens perplexity needs to come within ±2% of its own (95% CI "
+    )
+    # V_partial's greedy noise (binomial or scatter, the larger) is about its tolerance
+    assert "\n\nNo validity/perplexity time-to-tolerance ratio (±0.01 vs ±2%): validity too noisy" in md
+    assert "Time to tolerance (`settling.time_to_tolerance`): T(eps) is the first checkpoint" in md
+    assert "| val/ppl | ±2% | within | 100,000 |" in md
+    assert "| probe/level0/all/all/p_valid | ±0.01 | within | 200,000 |" in md
+    for name in ("validity", "p_valid"):
+        title = f"## Time-to-tolerance ratio, {name} over val/ppl, within this run"
+        table = md[md.index(title) :].split("\n\n")[1].splitlines()
+        assert table[0].startswith(f"| {name} \\ val/ppl | ±1% (T ") and "| ±5% (T 100k) |" in table[0]
+        rows = [line.strip("|").split(" | ") for line in table[2:]]
+        assert [r[0].split(" (")[0].strip() for r in rows] == ["±0.005", "±0.01", "±0.02"]
+        cells = [c.strip() for r in rows for c in r[1:]]
+        assert len(cells) == 9
+        assert all(re.fullmatch(r"\d+\.\d\d \(\d+\.\d\d-\d+\.\d\d.*\)|n/a: .+", c) for c in cells), cells
+    p_valid_row = next(line for line in md.splitlines() if line.startswith("| ±0.01 (T 200k) | "))
+    assert "| 2.00 (" in p_valid_row
+
+
 def test_headers_say_which_way_is_better(reported):
     md = (reported[0] / "report" / "report.md").read_text(encoding="utf-8")
     assert "| tokens seen | step | val ppl ↓ | V partial all ↑ |" in md
@@ -76,6 +109,9 @@ def test_cli_prints_the_summary_and_path(reported):
     assert "validity/perplexity tokens: 2.00x (95% CI 1.80-2.00; the paper reports about 2x)" in stdout
     assert "Level 0 expected validity (all, p_valid) converges at 200,000 tokens seen (slope" in stdout
     assert "p_valid/perplexity tokens: 2.00x (95% CI 2.00-2.00)" in stdout
+    tolerance = "perplexity tokens to tolerance (±0.01 vs ±2%, within this run)"
+    assert f"\np_valid/{tolerance}: 2.00x (95% CI " in stdout
+    assert f"\nvalidity/{tolerance}: n/a (validity too noisy to tell ±0.01 (noise " in stdout
     assert str(run / "report" / "report.md") in stdout
 
 
@@ -103,9 +139,13 @@ def test_report_says_in_words_why_there_is_no_ratio(tmp_path, shape, words):
     assert summary[0].startswith("validation perplexity converges at 100,000 tokens seen")
     assert summary[1].startswith(f"Level 0 validity (all, partial) {words} (")
     assert summary[2] == f"validity/perplexity tokens: n/a (validity {words})"
-    assert summary[3].startswith(f"Level 0 expected validity (all, p_valid) {words} (")
-    assert summary[4] == f"p_valid/perplexity tokens: n/a (p_valid {words})"
-    assert "(95% CI" not in report_summary(run)  # no ratio from a curve that did not converge
+    # beside it, time to tolerance: a number within this run whatever the flat-tail verdict
+    assert summary[3].startswith("validity/perplexity tokens to tolerance (±0.01 vs ±2%, within this run): ")
+    assert summary[4].startswith(f"Level 0 expected validity (all, p_valid) {words} (")
+    assert summary[5] == f"p_valid/perplexity tokens: n/a (p_valid {words})"
+    assert summary[6].startswith("p_valid/perplexity tokens to tolerance (±0.01 vs ±2%, within this run): ")
+    flat_tail = [line for line in summary if "/perplexity tokens:" in line]
+    assert not any("(95% CI" in line for line in flat_tail)  # no ratio from a curve that did not converge
 
 
 def test_malformed_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path, capsys):
@@ -196,6 +236,19 @@ def test_wandb_summary_numbers_hold_both_ratios(tmp_path):
             r.lo,
             r.hi,
         ]
+    # time to tolerance: p_valid's ratio with its CI; V partial is too noisy for 0.01, so absent
+    assert numbers["report/ppl_tolerance_tokens"] == 100_000
+    assert numbers["report/p_valid_tolerance_tokens"] == 200_000
+    t = conv.tolerance_ratio(analysis.P_VALID_KEY)
+    assert [numbers[f"report/p_valid_ppl_tolerance_ratio{end}"] for end in ("", "_lo", "_hi")] == [
+        t.value,
+        t.lo,
+        t.hi,
+    ]
+    assert (
+        "report/validity_ppl_tolerance_ratio" not in numbers
+        and "report/validity_tolerance_tokens" not in numbers
+    )
 
 
 def test_report_states_both_ratios_when_greedy_validity_flips(tmp_path):
@@ -215,3 +268,14 @@ def test_report_states_both_ratios_when_greedy_validity_flips(tmp_path):
     assert "| converged |" in partial and partial.endswith("| max(probe n, local scatter) |")
     r = conv.p_valid_ratio
     assert f"p_valid/perplexity tokens: 2.00x (95% CI {r.lo:.2f}-{r.hi:.2f})" in report_summary(run)
+
+
+def test_report_takes_its_tolerances_as_flags_and_refuses_one_out_of_range(tmp_path, capsys):
+    run = make_run(tmp_path)
+    assert main(["report", str(run), "--no-wandb"]) == 0
+    assert "tokens to tolerance (±0.01 vs ±2%, within this run)" in capsys.readouterr().out
+    assert main(["report", str(run), "--no-wandb", "--ppl-tolerance", "0.05", "--ci-resamples", "200"]) == 0
+    assert "tokens to tolerance (±0.01 vs ±5%, within this run)" in capsys.readouterr().out
+    assert main(["report", str(run), "--no-wandb", "--ppl-tolerance", "2"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and "--ppl-tolerance must be in (0, 1), not 2.0" in line
