@@ -8,24 +8,38 @@ logged as scalars; the rest become rows of one growing ``wandb.Table`` per probe
 ``detail/<probe>``, which W&B can filter and plot. ``probes.jsonl`` keeps every number.
 The keys themselves, and which way each metric is better, are ``bytecanary.keys``'s; what
 this module decides is only how they are shown.
+
+A training run's W&B run is found from its folder (``RunWandb``): a ``bytecanary probe`` beside
+it (a sidecar) logs to a run of its own in the training run's project and group, named
+``<run>-probes``, into the same ``RUN/wandb``; ``bytecanary report`` logs the records the
+training run's history lacks into the training run itself, once each (``records_to_merge``).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bytecanary import keys
+from bytecanary import keys, records
+from bytecanary.config import read_yaml
+from bytecanary.errors import BytecanaryError
+from bytecanary.io import read_json, write_json
+from bytecanary.records import Identity, Record
 
 DEFAULT_PROJECT = "bytecanary"  # the W&B project of training, probe and report runs
 DETAIL = "detail/"  # + probe: the detail tables
 METRIC_PREFIXES = (keys.train("*"), keys.val("*"), keys.probe_root("*"), keys.perf("*"), f"{DETAIL}*")
 Detail = Literal["tables", "scalars"]
+WANDB_ID = "wandb_id"  # in a run folder: its training run's W&B id (``train.loggers.make_wandb_logger``)
+SIDECAR = "-probes"  # ends the name and the id of a sidecar's W&B run
+MERGED = "merged_records.json"  # in RUN/wandb: the records a report logged into the training run
 
 # ---- the headline: the scalars a W&B workspace charts ------------------------------------------
 # Everything else a probe measures goes to W&B as rows of one detail table per probe (and stays
@@ -199,6 +213,25 @@ class ViewedRun:
         return getattr(self.run, name)
 
 
+class LaterRun:
+    """A run that ``start()`` begins at its first use (``log``, ``summary``, ...): a sidecar
+    may start before its training has written the ``config.yaml`` whose project and group its
+    run joins, and the first use comes only once a checkpoint is probed. ``started``: whether
+    it was used."""
+
+    def __init__(self, start: Any) -> None:
+        self._start, self._run = start, None
+
+    @property
+    def started(self) -> bool:
+        return self._run is not None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._run is None:
+            self._run = self._start()
+        return getattr(self._run, name)
+
+
 def is_offline(run: Any) -> bool:
     """Offline in either spelling: Lightning's WandbLogger(offline=True) sets WANDB_MODE=dryrun,
     which W&B also reads as offline."""
@@ -234,9 +267,10 @@ def offline_sync(offline_dir: str | Path | None, everything: str | Path | None =
     return f"wandb sync {everything or offline_dir}"
 
 
-def finish_wandb() -> str | None:
+def finish_wandb(everything: str | Path | None = None) -> str | None:
     """Finish the current run and flush it to disk (Lightning never calls finish);
-    return the ``wandb sync`` command for an offline run (see ``offline_sync``)."""
+    return the ``wandb sync`` command for an offline run (see ``offline_sync``: ``everything``,
+    a run's ``wandb/`` folder, to upload it with the folder's other runs)."""
     import wandb
 
     run = wandb.run
@@ -245,4 +279,105 @@ def finish_wandb() -> str | None:
         offline_dir = run.dir.removesuffix("/files") if is_offline(run) else None
         wandb.finish()
     wandb.teardown()
-    return offline_sync(offline_dir)
+    return offline_sync(offline_dir, everything)
+
+
+# ---- a training run's W&B run, from its folder: what a sidecar joins and a report resumes ------
+
+
+@dataclass(frozen=True)
+class RunWandb:
+    """Where the W&B run of the training run in ``folder`` is, as its logger set it up
+    (``train.loggers.make_wandb_logger``): ``run.wandb_project``, the group ``run.experiment``
+    or the run name, the run name, ``run.wandb_detail``, and the id kept in ``RUN/wandb_id``
+    (None: training logged no W&B run, or has not started)."""
+
+    folder: Path
+    project: str
+    name: str
+    group: str
+    detail: Detail
+    run_id: str | None
+
+    @classmethod
+    def of(cls, folder: str | Path) -> RunWandb:
+        """Read from ``folder``'s ``config.yaml`` (absent: the folder's name and the defaults)."""
+        folder = Path(folder)
+        config = read_yaml(folder / "config.yaml") if (folder / "config.yaml").is_file() else {}
+        run = (config.get("run") if isinstance(config, dict) else None) or {}
+        name = str(run.get("name") or folder.name)
+        id_file = folder / WANDB_ID
+        run_id = id_file.read_text(encoding="utf-8").strip() if id_file.is_file() else ""
+        return cls(
+            folder=folder,
+            project=str(run.get("wandb_project") or DEFAULT_PROJECT),
+            name=name,
+            group=str(run.get("experiment") or name),
+            detail=run.get("wandb_detail") or "tables",
+            run_id=run_id or None,
+        )
+
+    def sidecar(self) -> dict[str, Any]:
+        """``wandb.init`` arguments of a ``bytecanary probe`` run beside this training run: its
+        project and group, named ``<run>-probes``, its files in ``RUN/wandb`` beside the
+        training run's. The id is new per launch (two sidecars never write one run) and ends
+        in ``SIDECAR``, so a report never takes it for the training run's."""
+        return {
+            "project": self.project,
+            "group": self.group,
+            "name": f"{self.name}{SIDECAR}",
+            "id": f"{secrets.token_hex(4)}{SIDECAR}",
+            "job_type": "probe",
+            "dir": str(self.folder),
+        }
+
+
+def records_to_merge(folder: str | Path, run_id: str) -> tuple[list[Record], list[Identity]]:
+    """The rows ``bytecanary report`` logs into the training run ``run_id`` of ``folder``, and
+    the identities to mark logged once they are (``mark_merged``). The rows are the records of
+    ``RUN/probes.jsonl`` its history lacks: written by ``bytecanary probe`` (a ``worker``; the
+    training callback logged its own live), not logged by an earlier report (``RUN/wandb/
+    merged_records.json``), not at a (probe, tokens_seen) the callback logged, merged as the
+    report merges them (``records.merge``), in ``tokens_seen`` order."""
+    folder = Path(folder)
+    ok = [r for r in records.read(folder / "probes.jsonl") if r.ok and r.tokens_seen is not None]
+    live = {(r.probe, r.tokens_seen) for r in ok if r.worker is None}
+    logged = _merged(folder, run_id)
+    new = [r for r in ok if r.worker is not None and r.identity not in logged]
+    rows = [r for r in records.merge(new) if (r.probe, r.tokens_seen) not in live]
+    return sorted(rows, key=lambda r: (r.tokens_seen, r.step or 0)), [r.identity for r in new]
+
+
+def log_records(run: Any, rows: list[Record], detail: Detail = "tables") -> None:
+    """``rows`` into ``run`` as the training run logs probes: headline scalars and detail
+    tables against ``tokens_seen``, with ``step``. No ``step=``: W&B drops a row whose step is
+    below the run's current one, and these are older than the run's last row."""
+    if not rows:
+        return
+    define_tokens_seen_axis(run)
+    viewed = ViewedRun(run, detail)
+    for record in rows:
+        axes = {keys.TOKENS_SEEN: record.tokens_seen, keys.STEP: record.step}
+        viewed.log({**record.metrics, **{k: v for k, v in axes.items() if v is not None}}, record.checkpoint)
+
+
+def _merged(folder: Path, run_id: str) -> set[Identity]:
+    """The identities an earlier report logged into ``run_id`` (a ledger of another id: none)."""
+    path = folder / "wandb" / MERGED
+    if not path.is_file():
+        return set()
+    doc = read_json(path, "merged-records ledger")
+    logged = doc.get("logged") if isinstance(doc, dict) else None
+    if not isinstance(logged, list) or not all(isinstance(i, list) for i in logged):
+        raise BytecanaryError(f'{path}: expected {{"run_id": ..., "logged": [...]}}; a report wrote it')
+    return {tuple(i) for i in logged} if doc.get("run_id") == run_id else set()
+
+
+def mark_merged(folder: str | Path, run_id: str, identities: list[Identity]) -> None:
+    """Add ``identities`` to the ledger of records logged into ``run_id`` (written whole)."""
+    if not identities:
+        return
+    folder = Path(folder)
+    logged = _merged(folder, run_id) | set(identities)
+    (folder / "wandb").mkdir(parents=True, exist_ok=True)
+    write_json(folder / "wandb" / MERGED, {"run_id": run_id, "logged": sorted(map(list, logged), key=str)})

@@ -18,7 +18,6 @@ changes. Several workers may write one ``--out``: each claims a pair before comp
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,12 +29,10 @@ from tqdm.auto import tqdm
 
 from bytecanary import records
 from bytecanary.checkpoints import (
-    Heartbeat,
     finished_step,
-    last_change,
-    process_gone,
     read_heartbeat,
     reported,
+    run_folder,
 )
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
@@ -44,12 +41,12 @@ from bytecanary.probes.claims import (
     DEFAULT_LEASE,
     MAX_LEASE,
     Claims,
-    clock,
     default_worker,
     is_lead,
     worker_device,
 )
 from bytecanary.probes.common import build_probes, validate_specs
+from bytecanary.probes.liveness import NOTE_EVERY, Rate, stopped, waiting_line
 from bytecanary.probes.numerics import check_device, probe_dtype
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import probe_class
@@ -68,24 +65,7 @@ from bytecanary.records import Record
 # seconds between looks at the pairs other workers hold: a launch ends soon after its last pair
 CLAIM_POLL = 0.2
 DEFAULT_IDLE_LIMIT = 600.0  # seconds a watched training may show no sign of life
-RESTART_GRACE = 120.0  # seconds a training that exited or died has to start again before the watch ends
-NOTE_EVERY = 60.0  # seconds between two same "waiting" lines
 MAX_SECONDS = 86_400.0  # a day: the longest --interval or --idle-limit
-
-
-class _Rate:
-    """The lines of a waiting process: one on a new ``topic`` at once, on the same topic at most
-    once per ``period`` seconds, so a log says what it waits for without flooding."""
-
-    def __init__(self, period: float) -> None:
-        self.period, self.topic, self.at = period, None, -math.inf
-
-    def say(self, line: str, topic: str | None = None) -> None:
-        topic = line if topic is None else topic
-        now = time.monotonic()
-        if topic != self.topic or now - self.at >= self.period:
-            print(line, flush=True)
-            self.topic, self.at = topic, now
 
 
 def with_cli_params(spec: dict[str, Any], trial: bool, eval_sets: dict[str, str | None]) -> dict[str, Any]:
@@ -158,7 +138,7 @@ def complete(pipeline: Pipeline, loader: Loader, targets: list[Target], wait: fl
     and until when, once per lease."""
     made: list[Record] = []
     claims = pipeline.claims
-    notes = _Rate(claims.lease if claims is not None else NOTE_EVERY)
+    notes = Rate(claims.lease if claims is not None else NOTE_EVERY)
     while left := _left(pipeline, targets):
         tried = len(pipeline.attempted)
         for target, indices in left:
@@ -169,40 +149,6 @@ def complete(pipeline: Pipeline, loader: Loader, targets: list[Target], wait: fl
                 notes.say(waiting, topic="claims")
             time.sleep(wait)
     return made
-
-
-def _stopped(folder: Path, beat: Heartbeat | None, since: float, idle_limit: float) -> str | None:
-    """Why the training of ``folder``'s run counts as stopped now, or None while it may be on its
-    way. The watch's start (``since``) counts as a sign of life, so a training launched beside
-    the sidecar, or restarted, has time to start."""
-    now = time.time()
-    if beat is None:  # a run from before heartbeats, or not started yet
-        quiet, limit = now - max(since, last_change(folder)), idle_limit
-        return f"no heartbeat.json and nothing new for {limit:g} s (--idle-limit)" if quiet >= limit else None
-    who = f"training (pid {beat.pid} on {beat.host})"
-    quiet, grace = now - max(since, beat.updated), min(idle_limit, RESTART_GRACE)
-    if beat.ended is not None:
-        limit, why = grace, f"{who} exited at {clock(beat.ended)}"
-    elif now - beat.updated > 2 * beat.every and process_gone(beat.host, beat.pid):  # and a beat missed
-        limit, why = grace, f"{who} is gone (killed?) since its last beat at {clock(beat.updated)}"
-    else:
-        limit = max(idle_limit, 3 * beat.every)
-        why = f"{who} has not beaten since {clock(beat.updated)}, {limit:g} s (--idle-limit)"
-    return why if quiet >= limit else None
-
-
-def _waiting_line(folder: Path, step: int | None, beat: Heartbeat | None, targets: list[Target]) -> str:
-    """What the sidecar waits for, in words that change only when the state does."""
-    if step is not None:
-        return f"waiting: the run finished at step {step}; its weights file is not in {folder} yet"
-    newest = f"newest: step {targets[-1].step_hint}" if targets else "none yet"
-    if beat is None:
-        training = "no heartbeat.json: a run from before heartbeats, or not started"
-    elif beat.ended is not None:
-        training = f"training (pid {beat.pid} on {beat.host}) exited at {clock(beat.ended)}, not finished"
-    else:
-        training = f"training: pid {beat.pid} on {beat.host}, attempt {beat.attempt}"
-    return f"waiting for the next checkpoint of {folder} ({newest}; {training})"
 
 
 def follow(
@@ -219,7 +165,7 @@ def follow(
         flush=True,
     )
     since, made = time.time(), []
-    notes, once = _Rate(NOTE_EVERY), warn_once()
+    notes, once = Rate(NOTE_EVERY), warn_once()
     try:
         for fresh in watch(folder, interval):
             if fresh:
@@ -232,13 +178,13 @@ def follow(
                 print(f"the run finished at step {step}: every checkpoint is probed")
                 break
             beat = reported(read_heartbeat, folder, once)
-            why = _stopped(folder, beat, since, idle_limit)
+            why = stopped(folder, beat, since, idle_limit)
             if why is not None:
                 early = (
                     "" if step is None else f" (finished.json names step {step}, whose weights are not there)"
                 )
                 raise BytecanaryError(f"{folder}: its training stopped without finishing{early}: {why}")
-            notes.say(_waiting_line(folder, step, beat, targets))
+            notes.say(waiting_line(folder, step, beat, targets))
     except KeyboardInterrupt:
         print("stopped watching")
     return made
@@ -255,22 +201,37 @@ def _by_others(pipeline: Pipeline, targets: list[Target]) -> list[Record]:
     ]
 
 
-def _start_wandb(project: str, out: Path, config: dict[str, Any]) -> Any:
-    import wandb
+def training_run(paths: list[str], watch_dir: str | None, revisions: list[str] | None) -> Path | None:
+    """The training run this launch probes: the one run folder (or its ``checkpoints/``) that
+    every PATH (a folder beside a ``config.yaml``) and ``--watch`` (its ``config.yaml`` may not
+    be written yet) name; None for anything else (files, HF models, model ids, several runs)."""
+    if revisions or not all(Path(p).is_dir() and (run_folder(p) / "config.yaml").is_file() for p in paths):
+        return None
+    runs = {run_folder(p).resolve(): run_folder(p) for p in [*paths, *([watch_dir] if watch_dir else [])]}
+    return next(iter(runs.values())) if len(runs) == 1 else None
 
-    from bytecanary.tracking import ViewedRun, define_tokens_seen_axis, wandb_mode
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    wandb_run = wandb.init(
-        project=project,
-        dir=str(out.parent),
-        job_type="probe",
-        mode=wandb_mode(),
-        config=config,
-        settings={"silent": True},
-    )
-    define_tokens_seen_axis(wandb_run)
-    return ViewedRun(wandb_run)
+def _start_wandb(project: str, out: Path, config: dict[str, Any], training: Path | None) -> Any:
+    """The launch's W&B run, started at its first use: beside a training run (``training``),
+    one of its own in the training run's project and group, named ``<run>-probes``, in
+    ``RUN/wandb`` (``tracking.RunWandb.sidecar``); else in ``project``, beside ``out``."""
+    from bytecanary.tracking import LaterRun, RunWandb, ViewedRun, define_tokens_seen_axis, wandb_mode
+
+    def start() -> ViewedRun:
+        import wandb
+
+        where: dict[str, Any] = {"project": project, "dir": str(out.parent), "job_type": "probe"}
+        detail = "tables"
+        if training is not None:
+            home = RunWandb.of(training)
+            where, detail = home.sidecar(), home.detail
+            config.update(training_run=str(training), training_run_id=home.run_id)
+        Path(where["dir"]).mkdir(parents=True, exist_ok=True)
+        wandb_run = wandb.init(**where, mode=wandb_mode(), config=config, settings={"silent": True})
+        define_tokens_seen_axis(wandb_run)
+        return ViewedRun(wandb_run, detail)
+
+    return LaterRun(start)
 
 
 def _first_data_dir(targets: list[Target]) -> Path | None:
@@ -364,10 +325,15 @@ def run(
         data_dir = _first_data_dir(targets)
         for probe in built:
             probe.validate(data_dir)
-    wandb_run = None
+    wandb_run, training = None, training_run(paths, job.watch_dir, job.revisions)
     if job.wandb_project and is_lead():  # one W&B run per launch
         config = {"paths": paths, "probes": probes, "trial": job.trial, "dtype": str(dtype)}
-        wandb_run = _start_wandb(job.wandb_project, out_path, config)
+        wandb_run = _start_wandb(job.wandb_project, out_path, config, training)
+        home = training / "probes.jsonl" if training is not None else out_path  # what the report reads
+        if out_path.resolve() != home.resolve():
+            print(
+                f"note: records go to {out_path}, not {home}: bytecanary report adds none to the training run"
+            )
     try:
         claims = Claims(out_path, job.worker or default_worker(), job.lease)
         publish = _to_wandb(wandb_run)
@@ -384,10 +350,11 @@ def run(
         if wandb_run is not None and finish is not None:
             finish(out_path, wandb_run)
     finally:
-        if wandb_run is not None:
+        if wandb_run is not None and wandb_run.started:
             from bytecanary.tracking import finish_wandb
 
-            sync = finish_wandb()
+            sync = finish_wandb(training / "wandb" if training is not None else None)
             if sync:
-                print(f"W&B offline run saved; upload it with: {sync}")
+                others = " with the run's others (training, reports)" if training is not None else ""
+                print(f"W&B offline run saved; upload it{others}: {sync}")
     return 1 if any(not r.ok for r in made) else 0

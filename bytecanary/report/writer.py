@@ -28,7 +28,16 @@ from bytecanary.records import Record, merge, read
 from bytecanary.report import analysis, figures, mcqa_trends
 from bytecanary.report.analysis import Convergence
 from bytecanary.report.tables import Table, build_tables
-from bytecanary.tracking import DEFAULT_PROJECT, is_offline, offline_sync, wandb_mode
+from bytecanary.tracking import (
+    SIDECAR,
+    RunWandb,
+    is_offline,
+    log_records,
+    mark_merged,
+    offline_sync,
+    records_to_merge,
+    wandb_mode,
+)
 
 REPORT_DIR = "report"
 FIGURES = ("convergence", "tiers", "mcqa")
@@ -180,11 +189,16 @@ def tolerance_rule(tolerance: settling.Tolerance) -> str:
 
 
 def wandb_run_id(run_dir: Path) -> str | None:
-    """The id of the newest W&B run under ``run_dir/wandb`` (``[offline-]run-<time>-<id>``)."""
+    """The id of the run's training W&B run: ``run_dir/wandb_id``, which its logger keeps;
+    without one (a run from before it), the newest W&B run under ``run_dir/wandb``
+    (``[offline-]run-<time>-<id>``) that no sidecar wrote (their ids end in ``-probes``)."""
+    training = RunWandb.of(run_dir).run_id
+    if training is not None:
+        return training
     found = sorted(
         m.groups()
         for p in (run_dir / "wandb").glob("*run-*")
-        if p.is_dir() and (m := _WANDB_RUN_DIR.match(p.name))
+        if p.is_dir() and (m := _WANDB_RUN_DIR.match(p.name)) and not m[2].endswith(SIDECAR)
     )
     return found[-1][1] if found else None
 
@@ -250,23 +264,29 @@ def log_to_wandb(
     scalars: dict[str, float],
     charts: dict[str, Any] | None = None,
 ) -> Path | None:
-    """Add the figures, tables and numbers to the run's own W&B run (resumed by id); returns
-    the folder it wrote when it is offline (one more ``offline-run-*-<id>`` beside the
-    training run's, resuming it)."""
+    """Add the figures, tables and numbers to the run's own W&B run (resumed by id), and
+    first the probe records its history lacks (a sidecar's, ``tracking.records_to_merge``),
+    each once; returns the folder it wrote when it is offline (one more ``offline-run-*-<id>``
+    beside the training run's, resuming it)."""
     import wandb
 
     run_id = wandb_run_id(data.run_dir)
     if run_id is None:
         raise BytecanaryError(f"{data.run_dir / 'wandb'}: no W&B run to add the report to (use --no-wandb)")
+    home = RunWandb.of(data.run_dir)
+    rows, merged = records_to_merge(data.run_dir, run_id)
     run = wandb.init(
-        project=(data.config.get("run") or {}).get("wandb_project") or DEFAULT_PROJECT,
+        project=home.project,
         id=run_id,
         resume="allow",
         dir=str(data.run_dir),
         mode=wandb_mode(),
         settings={"silent": True},
     )
+    logged = False
     try:
+        log_records(run, rows, home.detail)
+        logged = True
         media = {f"report/{name}": wandb.Image(str(report_dir / f"{name}.png")) for name in FIGURES}
         media |= {f"report/table/{t.name}": wandb.Table(columns=t.labels, data=t.rows) for t in tables}
         run.log(media | (charts or {}))
@@ -274,6 +294,8 @@ def log_to_wandb(
     finally:
         offline_dir = Path(run.dir).parent if is_offline(run) else None  # run.dir is <folder>/files
         run.finish()  # this run, not wandb.run: a trainer earlier in the process may have left its own
+        if logged:  # in the run's files now: a later report must not log them again
+            mark_merged(data.run_dir, run_id, merged)
     return offline_dir
 
 
@@ -281,10 +303,11 @@ def write_report(
     run_dir: str | Path, wandb: bool | None = None, tolerance: settling.Tolerance | None = None
 ) -> Path:
     """Write ``run_dir/report/`` whole (figures and ``report.md``) and return it. ``wandb``:
-    also log to the run's W&B run (default: when ``run_dir/wandb`` holds one). Offline, it
-    prints one ``wandb sync`` of the run's whole ``wandb/``: the training run and every report,
-    each uploaded once (W&B marks what it synced). ``tolerance``: the time-to-tolerance
-    settings (default ``settling.Tolerance()``)."""
+    also log to the run's W&B run (default: when it has one, ``wandb_run_id``), with the probe
+    records its history lacks. Offline, it prints one ``wandb sync`` of the run's whole
+    ``wandb/``: the training run, a sidecar's and every report, each uploaded once (W&B marks
+    what it synced). ``tolerance``: the time-to-tolerance settings (default
+    ``settling.Tolerance()``)."""
     check_output(check_run_dir(run_dir) / REPORT_DIR, folder=True)  # before the work: report/ may be a file
     data = load_run(run_dir)
     conv = analysis.convergence(data.metrics, data.probes, tolerance)
@@ -303,7 +326,9 @@ def write_report(
         offline = log_to_wandb(data, out, tables, _scalars(conv, series), curve_charts(conv))
         sync = offline_sync(offline, data.run_dir / "wandb")
         if sync:
-            print(f"W&B offline run saved; upload it with the run's others (training, reports): {sync}")
+            print(
+                f"W&B offline run saved; upload it with the run's others (training, probes, reports): {sync}"
+            )
     return out
 
 
