@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tqdm.auto import tqdm
 
@@ -41,6 +41,15 @@ def warn_once() -> Callable[[str], None]:
             warn(message)
 
     return once
+
+
+def cut_torn_tail(f: BinaryIO, data: bytes) -> bytes:
+    """``data`` (the whole of ``f``, read under its lock) up to its last newline, ``f`` cut
+    there: a writer that died mid-line left the rest, and under the lock nobody else writes."""
+    whole = data.rfind(b"\n") + 1
+    if whole < len(data):
+        f.truncate(whole)
+    return data[:whole]
 
 
 def named(err: OSError, path: str | Path, tmp: str | Path | None = None) -> OSError:

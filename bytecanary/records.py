@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import named
+from bytecanary.io import cut_torn_tail, named
 
 SCHEMA = 2  # bump when a field changes meaning (2: checkpoint_id); records without it are schema 0
 NO_METRICS = "no metrics (empty eval set?)"
@@ -230,17 +230,24 @@ def _is_record(line: bytes) -> bool:
         return False
 
 
+def _wrong_kind(path: Path) -> str | None:
+    """Why ``path`` is no place for records whatever it holds: a link that leads out of its
+    folder, or something other than a regular file (None: missing, or a regular file)."""
+    if path.is_symlink() and path.resolve().parent != path.parent.resolve():
+        return f"{path}: a link to {path.resolve()}, outside its folder; records are never written through it"
+    if path.exists() and not path.is_file():
+        return f"{path}: not a regular file; records go to a file of their own"
+    return None
+
+
 def refusal(path: str | Path) -> str | None:
     """Why records must not be appended to ``path``, or None: a link that leads out of its
     folder, something other than a regular file, a file of another kind (weights, metrics,
     text). A missing or empty file, or one holding records, is ours to append to."""
     path = Path(path)
-    if path.is_symlink() and path.resolve().parent != path.parent.resolve():
-        return f"{path}: a link to {path.resolve()}, outside its folder; records are never written through it"
-    if not path.exists():  # nor a link's target: the first append creates it
-        return None
-    if not path.is_file():
-        return f"{path}: not a regular file; records go to a file of their own"
+    trouble = _wrong_kind(path)
+    if trouble or not path.exists():  # nor a link's target: the first append creates it
+        return trouble
     try:
         with open(path, "rb") as f:
             head = f.read(1 << 20)
@@ -267,7 +274,10 @@ def append(path: str | Path, record: Record) -> bool:
     """Append ``record`` unless its identity already succeeded (another process finished it
     meanwhile); returns whether it was appended. Only the lines with the record's fingerprint
     are parsed to decide."""
-    path = check_file(path)
+    path = Path(path)
+    trouble = _wrong_kind(path)  # before opening: a FIFO would block, a link would be followed
+    if trouble:
+        raise BytecanaryError(trouble)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a+b") as f:
@@ -277,10 +287,8 @@ def append(path: str | Path, record: Record) -> bool:
             trouble = _not_ours(path, data[: 1 << 20])  # as it is under the lock, not as it was
             if trouble:
                 raise BytecanaryError(trouble)
-            whole = data.rfind(b"\n") + 1
-            if whole < len(data):  # a writer died mid-line; under the lock nobody else writes
-                f.truncate(whole)
-            candidates = _lines_with(data[:whole], f'"params": {json.dumps(record.params)}'.encode())
+            data = cut_torn_tail(f, data)
+            candidates = _lines_with(data, f'"params": {json.dumps(record.params)}'.encode())
             if record.identity in done(parse(candidates, path)):
                 return False
             f.write((record.to_json() + "\n").encode("utf-8"))

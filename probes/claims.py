@@ -33,7 +33,7 @@ from typing import Any
 
 from bytecanary.checkpoints import process_gone
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import named, warn
+from bytecanary.io import cut_torn_tail, named, warn
 from bytecanary.records import Identity
 
 DEFAULT_LEASE = 120.0  # seconds a claim holds without renewal
@@ -199,12 +199,9 @@ class Claims:
             with open(self.path, "a+b") as f:
                 fcntl.flock(f, fcntl.LOCK_EX)
                 f.seek(0)
-                data = f.read()
-                whole = data.rfind(b"\n") + 1
-                if whole < len(data):  # a worker died mid-line; under the lock nobody else writes
-                    f.truncate(whole)
+                data = cut_torn_tail(f, f.read())
                 now = time.time()
-                holders = self._holders(data[:whole], now)
+                holders = self._holders(data, now)
                 held, lines = [], []
                 for key in keys:
                     holder = holders.get(key)
