@@ -92,6 +92,11 @@ METRICS: dict[str, Metric] = {
         _m("partial_pure", True, "mean", "V_partial of pure byte-token outputs"),
         _m("partial_mixed", True, "mean", "V_partial of outputs with a multi-byte token"),
         _m("term_match", True, "rate", "exactly the remainder, then a character boundary"),
+        # the paper's tier gap (common vs rare characters), with a bootstrap CI over characters
+        *(
+            _m(f"tier_gap_{m}", None, "mean", f"{m} of common minus rare characters ({m}_lo/_hi: 95% CI)")
+            for m in ("partial", "strict", "p_valid")
+        ),
         _m("n", None, "count", "samples or items"),
         # MCQA, per protocol
         _m("acc", True, "rate", "accuracy"),
@@ -135,7 +140,10 @@ _SUFFIXES = ("_lo", "_hi", "_normalised", "_matched")  # CI bounds and variants 
 # metrics that no argmax and no greedy path enters: decided by the weights and the prompts alone,
 # so two computations of one model that differ only in rounding (batch shape, threads, CPU
 # kernels) agree within a tolerance, where a greedy metric flips at a near tie
-SMOOTH = frozenset({"p_valid", "p_valid_se", "p_valid@t1", "p_complete", "p_complete@t1", "brier", "n"})
+SMOOTH = frozenset(
+    {"p_valid", "p_valid_se", "p_valid@t1", "p_complete", "p_complete@t1", "brier", "n"}
+    | {f"tier_gap_p_valid{bound}" for bound in ("", "_lo", "_hi")}
+)
 
 
 def metric(key: str) -> Metric | None:
@@ -195,6 +203,11 @@ def probe_root(probe: str) -> str:
 def level0(lang: str = "all", tier: str = "all", metric: str = "partial", k: str | None = None) -> str:
     """``probe/level0/<lang>/<tier>[/<k>]/<metric>``; "all" is the aggregate."""
     return f"probe/level0/{lang}/{tier}/{k}/{metric}" if k else f"probe/level0/{lang}/{tier}/{metric}"
+
+
+def tier_gap(lang: str = "all", metric: str = "partial", bound: str = "") -> str:
+    """``probe/level0/<lang>/all/tier_gap_<metric>[_lo|_hi]``: common minus rare characters."""
+    return level0(lang, "all", f"tier_gap_{metric}{bound}")
 
 
 def level1(lang: str = "all", metric: str = "term_match", k: str | None = None) -> str:

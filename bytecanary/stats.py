@@ -7,7 +7,7 @@ fixed-effects regression of accuracy on parsability, and the convergence detecto
 alike to perplexity and to UTF-8 validity (arXiv:2606.14122): it says where a curve
 converged, or that it is still moving, or that it never changed beyond its noise, and
 only a pair of converged curves gets a ratio (with a bootstrap CI; the time to tolerance,
-which any finished run has, is ``bytecanary.tolerance``). A curve's noise comes
+which any finished run has, is ``bytecanary.settling``). A curve's noise comes
 from its probe (binomial SE, ``proportion_se``) or from its own scatter between
 checkpoints: one number for the curve (``curve_noise``) or one per point (``local_noise``).
 Plain numpy and ``math``: importable without torch or scipy.
@@ -84,6 +84,52 @@ def bootstrap_ci(
     tail = (1 - confidence) / 2 * 100
     lo, hi = np.percentile(stats, [tail, 100 - tail])
     return float(lo), float(hi)
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A difference of two means with its bootstrap CI."""
+
+    value: float
+    lo: float
+    hi: float
+
+
+Stratum = tuple[
+    np.ndarray, np.ndarray
+]  # per cluster: (sums of its samples' values, (C, M); its sample count, (C,))
+
+
+def clustered_gaps(
+    a: Sequence[Stratum],
+    b: Sequence[Stratum],
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> list[Gap]:
+    """Per column M, the mean over a's samples minus the mean over b's, with a percentile
+    bootstrap CI that redraws whole clusters (a character and all its prompts) within each
+    stratum, so correlated samples count once and each stratum keeps its size. The draws
+    depend only on the strata's sizes and ``seed``: the same clusters at every checkpoint
+    (the curve of gaps is paired) and for every column."""
+    rng = np.random.default_rng(seed)
+    tail = (1 - confidence) / 2 * 100
+    means = []
+    for side in (a, b):
+        strata = [(s, n) for s, n in side if len(n)]
+        if not strata:
+            raise ValueError("each side needs at least one cluster")
+        total = sum(s.sum(axis=0) for s, _ in strata)
+        count = sum(float(n.sum()) for _, n in strata)
+        draws = [rng.integers(0, len(n), (n_resamples, len(n))) for _, n in strata]
+        resampled = sum(s[d].sum(axis=1) for (s, _), d in zip(strata, draws, strict=True))  # (R, M)
+        counts = sum(n[d].sum(axis=1) for (_, n), d in zip(strata, draws, strict=True))  # (R,)
+        means.append((total / count, resampled / counts[:, None]))
+    (mean_a, boot_a), (mean_b, boot_b) = means
+    lo, hi = np.percentile(boot_a - boot_b, [tail, 100 - tail], axis=0)
+    return [
+        Gap(float(v), float(low), float(high)) for v, low, high in zip(mean_a - mean_b, lo, hi, strict=True)
+    ]
 
 
 def pearson_r(x: ArrayLike, y: ArrayLike) -> float:

@@ -46,7 +46,13 @@ MERGED = "merged_records.json"  # in RUN/wandb: the records a report logged into
 # in probes.jsonl); a workspace of thousands of auto-panels hides the few curves that carry the
 # papers' findings.
 
-HEADLINE_LEVEL0 = ("partial", "strict", "gold_win_rate", "p_valid")  # all and per language; partial per tier
+HEADLINE_LEVEL0 = (
+    "partial",
+    "strict",
+    "gold_win_rate",
+    "p_valid",
+    "tier_gap_partial",
+)  # all, per language (tier "all")
 HEADLINE_MCQA_TASK = ("fsi", "fsi_lo", "fsi_hi", "psi", "psi_lo", "psi_hi")  # over tasks (``all``)
 HEADLINE_LIMIT = 150  # scalar keys per run, at most (the axes and ``perf/*`` included)
 

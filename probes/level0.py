@@ -5,7 +5,8 @@ For each eval character c and each prefix length k = 1..len(c)-1, plus k = len(c
 follows a complete character), the prompt is the first k bytes of c as byte tokens;
 the model continues for ``max_new_tokens``. Reported per language x tier x prefix
 length and aggregated: step scores (partial, strict, soft, partial@t, cumulative, ema),
-Delta_LL and gold win rate, perplexity, and validity split by pure-byte vs mixed output.
+Delta_LL and gold win rate, perplexity, validity split by pure-byte vs mixed output, and
+the gap between common and rare characters with its CI (``tier_gaps``).
 Keys: ``keys.level0(lang, tier, metric, k)``, with "all" for the aggregates. Trial mode
 takes M characters per language (fixed seed, spread evenly over tiers); full mode takes
 the whole eval set. A file that mixes languages (the paper's published ones) is grouped by
@@ -41,7 +42,8 @@ from bytecanary.probes.utf8_probe import (
 
 @register_probe("level0")
 class Level0Probe(Utf8Probe):
-    version = 3  # 2: p_valid, p_complete (expected validity); 3: p_valid at the first step
+    version = 4  # 2: p_valid, p_complete (expected validity); 3: p_valid at the first step; 4: tier gap
+    tier_gap = True
     eval_set_pattern = "level0_*.json"
     read_eval_set = staticmethod(load_level0)
 

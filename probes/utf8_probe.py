@@ -54,7 +54,7 @@ from bytecanary.probes.common import (
 )
 from bytecanary.probes.engine import Decoding, Sampling, generate
 from bytecanary.probes.registry import Probe
-from bytecanary.probes.utf8_results import SampleResults, group_metrics, write_records
+from bytecanary.probes.utf8_results import SampleResults, group_metrics, tier_gaps, write_records
 from bytecanary.records import Context
 
 SPACE = "▁"
@@ -288,6 +288,7 @@ class Utf8Probe(Probe):
     A subclass builds its samples (``prepare``) and names the groups it reports (``groups``)."""
 
     term_match: ClassVar[bool] = False  # report Term Match: the exact remainder, then a boundary
+    tier_gap: ClassVar[bool] = False  # report common minus rare characters (``tier_gaps``)
     eval_set_pattern: ClassVar[str] = ""  # the probe's eval-set files in <data_dir>/evalsets/
     read_eval_set: ClassVar[Callable[[Path], list]]  # one eval-set file, checked entry by entry
     Config = Utf8Config  # built as ``Level0Probe(Utf8Config(...))`` or ``Level0Probe(trial=True, ...)``
@@ -318,4 +319,6 @@ class Utf8Probe(Probe):
         out: dict[str, float] = {}
         for key, mask in self.groups(prepared.samples):
             out.update({key(m): v for m, v in group_metrics(r, mask, self.term_match).items()})
+        if self.tier_gap:
+            out.update(tier_gaps(prepared.samples, r, self.config.seed))
         return out

@@ -256,3 +256,62 @@ def test_fixed_effects_fit_refuses_unidentified_fits():
         stats.fixed_effects_fit([1.0, 2.0, 3.0, 5.0], [1.0, 1.0, 2.0, 2.0], {"g": ["a", "a", "b", "b"]})
     with pytest.raises(ValueError, match="factor 'g'"):
         stats.fixed_effects_fit([1.0, 2.0], [1.0, 2.0], {"g": ["a"]})
+
+
+def _clusters(rng, n_clusters, mean, sizes=(1, 2, 3, 4)):
+    """Clustered samples: each cluster's samples share its own level (correlated prompts)."""
+    levels = rng.normal(mean, 0.2, n_clusters)
+    counts = rng.choice(sizes, n_clusters).astype(float)
+    samples = [levels[i] + rng.normal(0, 0.1, int(c)) for i, c in enumerate(counts)]
+    sums = np.array([[s.sum(), (s > mean).sum()] for s in samples])
+    return (sums, counts), samples
+
+
+def test_clustered_gaps_equal_a_plain_loop_over_the_same_draws():
+    rng = np.random.default_rng(3)
+    a = [_clusters(rng, n, 0.6) for n in (7, 12)]
+    b = [_clusters(rng, n, 0.5) for n in (9, 5)]
+    got = stats.clustered_gaps([s for s, _ in a], [s for s, _ in b], n_resamples=300, seed=11)
+    # the point: means over the raw samples of each side
+    flat = {name: [x for _, raw in sides for cl in raw for x in cl] for name, sides in (("a", a), ("b", b))}
+    assert got[0].value == pytest.approx(np.mean(flat["a"]) - np.mean(flat["b"]), abs=1e-12)
+    above = [
+        np.mean([x > m for _, raw in sides for cl in raw for x in cl]) for m, sides in ((0.6, a), (0.5, b))
+    ]
+    assert got[1].value == pytest.approx(above[0] - above[1], abs=1e-12)  # columns stay apart
+    # the CI: the same draws (strata of side a, then b, in order), each resample a plain loop
+    draws_rng = np.random.default_rng(11)
+    draws = [[draws_rng.integers(0, len(s[1]), (300, len(s[1]))) for s, _ in side] for side in (a, b)]
+    boot = []
+    for r in range(300):
+        means = []
+        for side, side_draws in zip((a, b), draws, strict=True):
+            picked = [x for (_, raw), d in zip(side, side_draws, strict=True) for i in d[r] for x in raw[i]]
+            means.append(np.mean(picked))
+        boot.append(means[0] - means[1])
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    assert (got[0].lo, got[0].hi) == (pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12))
+
+
+def test_clustered_gaps_are_paired_over_calls_and_shift_with_the_data():
+    rng = np.random.default_rng(4)
+    a, b = [_clusters(rng, 10, 0.7)[0]], [_clusters(rng, 8, 0.4)[0]]
+    first = stats.clustered_gaps(a, b, seed=5)
+    assert first == stats.clustered_gaps(a, b, seed=5)
+    shifted = [(a[0][0] + 0.25 * a[0][1][:, None], a[0][1])]  # every sample of side a + 0.25
+    moved = stats.clustered_gaps(shifted, b, seed=5)[0]
+    assert (moved.value, moved.lo, moved.hi) == pytest.approx(
+        (first[0].value + 0.25, first[0].lo + 0.25, first[0].hi + 0.25), abs=1e-12
+    )
+    with pytest.raises(ValueError, match="at least one cluster"):
+        stats.clustered_gaps(a, [(np.zeros((0, 2)), np.zeros(0))])
+
+
+def test_clustered_gap_ci_covers_the_true_gap_in_at_least_90_percent_of_runs():
+    rng = np.random.default_rng(6)
+    covered = 0
+    for _ in range(200):
+        (a, _), (b, _) = _clusters(rng, 40, 0.6), _clusters(rng, 30, 0.5)
+        gap = stats.clustered_gaps([a], [b], n_resamples=400, seed=int(rng.integers(1 << 30)))[0]
+        covered += gap.lo <= 0.1 <= gap.hi
+    assert covered >= 180

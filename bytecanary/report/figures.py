@@ -18,7 +18,7 @@ from typing import Any
 from bytecanary import keys, settling
 from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
-from bytecanary.report import analysis, mcqa_trends
+from bytecanary.report import analysis, mcqa_trends, tier_gaps
 from bytecanary.report.analysis import Checkpoint, Convergence, Curve
 from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
 
@@ -235,18 +235,32 @@ def plot_convergence(conv: Convergence, path: Path) -> None:
 
 
 def plot_tiers(cps: Sequence[Checkpoint], path: Path) -> None:
-    """V partial by frequency tier over training, one panel per language."""
+    """``tiers_figure`` as a PNG (drawn in the same style: ticks are made at draw time)."""
     import matplotlib
 
     with matplotlib.rc_context(STYLE):
-        fig, axes = _figure(2, 2, (11, 7.5), sharex=True, sharey=True)
+        _save(tiers_figure(cps), path)
+
+
+def tiers_figure(cps: Sequence[Checkpoint]) -> Any:
+    """V partial by frequency tier over training, one panel per language, and below them the
+    gap between common and rare characters with its 95% CI band when the records hold it."""
+    import matplotlib
+
+    gap_groups = tier_gaps.groups(cps)
+    with matplotlib.rc_context(STYLE):
+        fig, axes = _figure(3 if gap_groups else 2, 2, (11, 10.5 if gap_groups else 7.5))
+        panels = axes[:2].ravel()
         any_drawn = False
-        for ax, lang in zip(axes.ravel(), LANGUAGES, strict=True):
+        for ax, lang in zip(panels, LANGUAGES, strict=True):
             for tier in TIERS:
                 curve = analysis.probe_curve(cps, keys.level0(lang, tier))
                 any_drawn |= _plot(ax, curve, color=TIER_COLORS[tier], label=tier)
             ax.set_title(lang)
             ax.grid(True, alpha=0.3)
+            if ax is not panels[0]:
+                ax.sharex(panels[0])
+                ax.sharey(panels[0])
             _tokens_axis(ax)
         if not any_drawn:
             fig.clear()
@@ -254,16 +268,46 @@ def plot_tiers(cps: Sequence[Checkpoint], path: Path) -> None:
             ax.set_axis_off()
             _empty(ax, "no Level 0 tier metrics (probes.jsonl)")
         else:
-            for ax in axes[:, 0]:
+            for ax in axes[:2, 0]:
                 ax.set_ylabel("V partial (0-1)")
+            handles, labels = next((ax.get_legend_handles_labels() for ax in panels if ax.lines), ([], []))
+            fig.legend(handles, labels, loc="outside right center", title="tier")
+            if gap_groups:
+                _gap_panel(fig, axes[2], cps, gap_groups)
             for ax in axes[1, :]:
                 ax.set_xlabel(TOKENS_LABEL)
-            handles, labels = next(
-                (ax.get_legend_handles_labels() for ax in axes.ravel() if ax.lines), ([], [])
-            )
-            fig.legend(handles, labels, loc="outside right center", title="tier")
         fig.suptitle("Level 0 validity (partial) by character frequency tier")
-        _save(fig, path)
+        return fig
+
+
+def _gap_panel(fig: Any, row: Sequence[Any], cps: Sequence[Checkpoint], groups: list[str]) -> None:
+    """One wide panel in place of ``row``: common minus rare V partial per language, each with
+    the probe's 95% CI over characters as a band, and the line of no gap."""
+    grid = row[0].get_subplotspec().get_gridspec()
+    for ax in row:
+        ax.remove()
+    ax = fig.add_subplot(grid[-1, :])
+    for g in groups:
+        points = [
+            (c.tokens_seen, gp) for c in cps if c.tokens_seen and (gp := tier_gaps.gap(c, g)) is not None
+        ]
+        xs = [x for x, _ in points]
+        ax.plot(xs, [gp.value for _, gp in points], marker="o", markersize=3, color=LANG_COLORS[g], label=g)
+        ax.fill_between(
+            xs,
+            [gp.lo for _, gp in points],
+            [gp.hi for _, gp in points],
+            color=LANG_COLORS[g],
+            alpha=0.12,
+            linewidth=0,
+        )
+    ax.axhline(0.0, color="gray", linewidth=1)
+    ax.set_title("common - rare V partial (band: 95% CI over characters)")
+    ax.set_ylabel("gap in V partial")
+    ax.set_xlabel(TOKENS_LABEL)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", title="language")
+    _tokens_axis(ax)
 
 
 def _accuracy_panel(ax: Any, cps: Sequence[Checkpoint], group: str, tasks: list[str]) -> None:

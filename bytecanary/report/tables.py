@@ -15,7 +15,7 @@ from typing import Any
 from bytecanary import keys, settling
 from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
-from bytecanary.report import analysis, figures, mcqa_trends
+from bytecanary.report import analysis, figures, mcqa_trends, tier_gaps
 from bytecanary.report.analysis import Checkpoint, Convergence, Curve
 from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
 
@@ -230,6 +230,33 @@ def _tier_tables(metrics: list[dict[str, Any]], cps: list[Checkpoint]) -> list[T
     return tables
 
 
+def _gap_tables(cps: list[Checkpoint]) -> list[Table]:
+    """Common minus rare characters with the probe's 95% CI over characters: every metric at
+    the last checkpoint that has a gap, then V partial at every checkpoint."""
+    last = tier_gaps.last_with_gap(cps)
+    if last is None:
+        return []
+    groups = tier_gaps.groups(cps)
+    columns = [Column("language", ""), *(Column(label, "") for label in tier_gaps.GAP_METRICS.values())]
+    rows = [[g, *(tier_gaps.text(tier_gaps.gap(last, g, m)) for m in tier_gaps.GAP_METRICS)] for g in groups]
+    title = f"Tier gap, common - rare, at {tier_gaps.at(last)} (value and 95% CI over characters)"
+    curve_columns = [Column(TOKENS, ","), Column("step", ""), *(Column(g, "") for g in groups)]
+    curve_rows = [
+        [c.tokens_seen, c.step, *(tier_gaps.text(tier_gaps.gap(c, g)) for g in groups)]
+        for c in cps
+        if tier_gaps.gap(c, "all") is not None
+    ]
+    return [
+        Table("tier_gap", title, columns, rows),
+        Table(
+            "tier_gap_curve",
+            "Tier gap over training, common - rare V partial (95% CI)",
+            curve_columns,
+            curve_rows,
+        ),
+    ]
+
+
 def _group_table(
     name: str,
     title: str,
@@ -317,5 +344,6 @@ def build_tables(
         _tolerance_table(conv),
         *_grid_tables(conv),
         *_tier_tables(metrics, cps),
+        *_gap_tables(cps),
         *_mcqa_tables(cps, series),
     ]

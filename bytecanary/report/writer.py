@@ -25,8 +25,8 @@ from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_dir, check_output, read_jsonl, warn
 from bytecanary.records import Record, merge, read
-from bytecanary.report import analysis, figures, mcqa_trends
-from bytecanary.report.analysis import Convergence
+from bytecanary.report import analysis, figures, mcqa_trends, tier_gaps
+from bytecanary.report.analysis import Checkpoint, Convergence
 from bytecanary.report.tables import Table, build_tables
 from bytecanary.tracking import (
     SIDECAR,
@@ -203,7 +203,7 @@ def wandb_run_id(run_dir: Path) -> str | None:
     return found[-1][1] if found else None
 
 
-def _scalars(conv: Convergence, series: dict[str, float]) -> dict[str, float]:
+def _scalars(conv: Convergence, cps: list[Checkpoint], series: dict[str, float]) -> dict[str, float]:
     """The report's numbers for the W&B run summary (absent ones left out)."""
     p_valid = conv.curve(analysis.P_VALID_KEY)
     numbers = {
@@ -218,6 +218,7 @@ def _scalars(conv: Convergence, series: dict[str, float]) -> dict[str, float]:
         "report/p_valid_ppl_ratio_hi": conv.p_valid_ratio.hi if conv.p_valid_ratio else None,
         "report/ppl_tolerance_tokens": conv.settling(conv.ppl).at,
         **_tolerance_scalars(conv),
+        **tier_gaps.scalars(cps),
         **series,
     }
     return {k: v for k, v in numbers.items() if v is not None and not math.isnan(v)}
@@ -323,7 +324,7 @@ def write_report(
         (tmp / "report.md").write_text(render_markdown(data, conv, tables, notes), encoding="utf-8")
     use_wandb = wandb_run_id(data.run_dir) is not None if wandb is None else wandb
     if use_wandb:
-        offline = log_to_wandb(data, out, tables, _scalars(conv, series), curve_charts(conv))
+        offline = log_to_wandb(data, out, tables, _scalars(conv, cps, series), curve_charts(conv))
         sync = offline_sync(offline, data.run_dir / "wandb")
         if sync:
             print(
@@ -361,10 +362,12 @@ def report_summary(run_dir: str | Path, tolerance: settling.Tolerance | None = N
             else f"n/a ({conv.why_no_tolerance_ratio(key)})"
         )
         lines.append(f"{name}/perplexity tokens to tolerance ({within}, within this run): {settled}")
+    gap = tier_gaps.summary_line(analysis.checkpoints(data.probes))
     cost = analysis.probe_cost(data.metrics)
     return "\n".join(
         [
             *lines,
+            *([gap] if gap else []),
             *([f"probes: {cost.describe()}"] if cost else []),
             f"report: {data.run_dir / REPORT_DIR / 'report.md'} (+ {', '.join(f'{n}.png' for n in FIGURES)})",
         ]

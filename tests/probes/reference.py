@@ -13,6 +13,7 @@ import math
 import statistics
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from bytecanary.probes.utf8_probe import Prepared, Utf8Sample, fit_context
@@ -193,6 +194,7 @@ def run_sample(
     p_valid, p_complete = expected_validity(model, prep, s, gen)
     return {
         "language": s.language,
+        "item_id": s.item_id,
         "tier": s.tier or "none",
         "k": s.k_label,
         "tokens": gen,
@@ -264,6 +266,53 @@ def summarise_expected(rows: list[dict]) -> dict[str, float]:
     return out
 
 
+def tier_gaps(rows: list[dict], seed: int = 0, n_resamples: int = 1000) -> dict[str, float]:
+    """Common minus rare partial, strict and p_valid per language with both tiers and over
+    them, each with a percentile CI over characters: per resample, every language's tier
+    redraws its characters (common tiers first, then rare, languages in order, the draws of
+    ``np.random.default_rng(seed)``), and the means are taken over the drawn characters' samples."""
+    pick = {
+        "partial": lambda r: r["partial"],
+        "strict": lambda r: r["strict"],
+        "p_valid": lambda r: r["p_valid_t"][0],
+    }
+    langs = [
+        lg
+        for lg in sorted({r["language"] for r in rows})
+        if all(any((r["language"], r["tier"]) == (lg, t) for r in rows) for t in ("common", "rare"))
+    ]
+    out: dict[str, float] = {}
+    for group in [*langs, "all"] if langs else []:
+        chosen = langs if group == "all" else [group]
+        rng = np.random.default_rng(seed)
+        sides, boot = [], []
+        for tier in ("common", "rare"):
+            chars = [
+                {
+                    c: [r for r in rows if r["item_id"] == c]
+                    for c in sorted({r["item_id"] for r in rows if (r["language"], r["tier"]) == (lg, tier)})
+                }
+                for lg in chosen
+            ]
+            draws = [rng.integers(0, len(c), (n_resamples, len(c))) for c in chars]
+            sides.append([r for c in chars for samples in c.values() for r in samples])
+            boot.append(
+                [
+                    [r for c, d in zip(chars, draws, strict=True) for i in d[k] for r in list(c.values())[i]]
+                    for k in range(n_resamples)
+                ]
+            )
+        for name, f in pick.items():
+            gaps = [
+                statistics.fmean(map(f, a)) - statistics.fmean(map(f, b)) for a, b in zip(*boot, strict=True)
+            ]
+            lo, hi = np.percentile(gaps, [2.5, 97.5])
+            value = statistics.fmean(map(f, sides[0])) - statistics.fmean(map(f, sides[1]))
+            root = f"probe/level0/{group}/all/tier_gap_{name}"
+            out |= {root: value, f"{root}_lo": float(lo), f"{root}_hi": float(hi)}
+    return out
+
+
 def reference_metrics(
     model, prep: Prepared, level: int, max_new_tokens: int = 5, alpha: float = 0.1, generate_batch: int = 1
 ) -> dict[str, float]:
@@ -296,4 +345,4 @@ def reference_metrics(
             add(lg, lambda r, lg=lg: r["language"] == lg)
             for k in sorted({r["k"] for r in rows if r["language"] == lg}):
                 add(f"{lg}/{k}", lambda r, lg=lg, k=k: (r["language"], r["k"]) == (lg, k))
-    return out
+    return out | (tier_gaps(rows) if level == 0 else {})

@@ -95,3 +95,63 @@ def test_keys_cover_language_tier_and_prefix_length(random_model, byte_fallback_
         len(c.encode()) for cs in ("語鬱𠀋ア", "中龘𫝀𪛖") for c in cs
     )
     assert not any(k.endswith("/term_match") for k in got)
+
+
+def _level0_file(folder, lang, chars):
+    entries = [
+        {"char": c, "codepoint": ord(c), "hex": f"U+{ord(c):04X}", "count": 0, "frequency": 0.0, "tier": t}
+        for c, t in chars
+    ]
+    (folder / f"level0_{lang}.json").write_text(json.dumps({"description": "t", "char_frequencies": entries}))
+
+
+def test_tier_gap_is_common_minus_rare_over_the_samples_with_a_ci_over_characters(
+    random_model, byte_fallback_tokenizer, tmp_path
+):
+    import numpy as np
+
+    from bytecanary import keys, stats
+
+    folder = tmp_path / "evalsets"
+    folder.mkdir()
+    tiers = {"ja": ("語ア日本人", "鬱鑑麒麟驥龜"), "zh": ("中国人大", "龘齉麤靐爨"), "ko": ("한국어", "")}
+    for lang, (common, rare) in tiers.items():
+        _level0_file(
+            folder, lang, [(c, "common") for c in common] + [(c, "rare") for c in rare] + [("𠀋", "unseen")]
+        )
+    out = tmp_path / "samples.jsonl"
+    got = get_probe("level0", trial=False, batch_size=16, records=str(out)).run(
+        random_model, byte_fallback_tokenizer, tmp_path
+    )
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    value = {
+        "partial": lambda r: r["partial"][-1],
+        "strict": lambda r: r["strict"][-1],
+        "p_valid": lambda r: r["p_valid"][0],
+    }
+    for group, langs in (("ja", ["ja"]), ("zh", ["zh"]), ("all", ["ja", "zh"])):  # ko has no rare character
+        mine = [r for r in rows if r["language"] in langs]
+        strata = {}
+        for tier in ("common", "rare"):
+            for lang in langs:
+                ids = sorted({r["item_id"] for r in mine if r["tier"] == tier and r["language"] == lang})
+                sums = np.array(
+                    [
+                        [sum(pick(r) for r in mine if r["item_id"] == i) for pick in value.values()]
+                        for i in ids
+                    ]
+                )
+                counts = np.array([float(sum(r["item_id"] == i for r in mine)) for i in ids])
+                strata.setdefault(tier, []).append((sums, counts))
+        cis = stats.clustered_gaps(strata["common"], strata["rare"], n_resamples=1000, seed=0)
+        for (m, pick), ci in zip(value.items(), cis, strict=True):
+            tier_mean = {t: np.mean([pick(r) for r in mine if r["tier"] == t]) for t in ("common", "rare")}
+            assert got[keys.tier_gap(group, m)] == pytest.approx(
+                tier_mean["common"] - tier_mean["rare"], abs=1e-9
+            )
+            assert (got[keys.tier_gap(group, m, "_lo")], got[keys.tier_gap(group, m, "_hi")]) == (
+                ci.lo,
+                ci.hi,
+            )
+            assert ci.lo <= got[keys.tier_gap(group, m)] <= ci.hi
+    assert not any(k.startswith("probe/level0/ko/all/tier_gap") for k in got)  # no rare characters

@@ -24,6 +24,7 @@ FLIP_TOKENS = TOKENS + [round(400_000 * 10 ** (i / 20)) for i in range(1, 21)]  
 PPL_AT, VALIDITY_AT = 100_000, 200_000
 FLIPS = {"partial": (0.6, 0.9), "strict": (0.45, 0.65)}  # greedy validity from VALIDITY_AT on
 P_VALID_TOP = 0.8
+TIER_GAP = 0.2  # common minus rare, in every metric
 N = {"all": 4096, **dict.fromkeys(LANGUAGES, 1024)}  # Level 0 samples per language
 TASKS = [f"{kind}_{lang}" for kind in ("wordcomp", "nonsenseqa") for lang in LANGUAGES]
 FAMILIES = ("plain", "json", "structured", "structured_delim", "deliberate")
@@ -84,7 +85,19 @@ def level0(t: int, shape: str = "converges") -> dict[str, float]:
         m[f"probe/level0/{lang}/all/p_valid_se"] = se
         for i, tier in enumerate(TIERS):
             m[f"probe/level0/{lang}/{tier}/partial"] = validity(t, 0.95 - 0.1 * i) if lang != "all" else 0.0
+        if lang != "en":  # en has no rare character, as on the embedded corpus
+            m |= tier_gap(t, lang)
     return m
+
+
+def tier_gap(t: int, lang: str) -> dict[str, float]:
+    """Common minus rare as the probe records it: about ``TIER_GAP``, a CI of +-0.05."""
+    out = {}
+    for metric in ("partial", "strict", "p_valid"):
+        value = TIER_GAP + 0.01 * _normal(t, f"{lang}/gap/{metric}")
+        root = f"probe/level0/{lang}/all/tier_gap_{metric}"
+        out |= {root: value, f"{root}_lo": value - 0.05, f"{root}_hi": value + 0.05}
+    return out
 
 
 def mcqa(t: int, rng: np.random.Generator) -> dict[str, float]:

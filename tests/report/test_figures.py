@@ -83,3 +83,26 @@ def test_the_accuracy_panel_draws_the_keys_protocols_under_their_labels():
 
 def test_tokens_read_at_a_glance():
     assert [figures.si(t) for t in (400, 4_000, 2_000_000, 3.5e9)] == ["400", "4k", "2M", "3.5B"]
+
+
+def test_the_tiers_figure_draws_the_tier_gap_with_its_ci_band(tmp_path):
+    from .runs import TOKENS, tier_gap
+
+    cps = analysis.checkpoints(records.read(make_run(tmp_path) / "probes.jsonl"))
+    fig = figures.tiers_figure(cps)
+    gap = next(ax for ax in fig.axes if ax.get_title().startswith("common - rare"))
+    lines = {line.get_label(): line for line in gap.lines}
+    assert set(lines) >= {"all", "ja", "ko", "zh"} and "en" not in lines
+    want = [tier_gap(t, "ja")["probe/level0/ja/all/tier_gap_partial"] for t in TOKENS]
+    assert list(lines["ja"].get_ydata()) == want
+    band = {tuple(v) for c in gap.collections for v in c.get_paths()[0].vertices.round(9)}
+    last = tier_gap(TOKENS[-1], "ja")
+    assert (TOKENS[-1], round(last["probe/level0/ja/all/tier_gap_partial_hi"], 9)) in band
+    # records without a gap keep the four tier panels alone
+    bare = [
+        analysis.Checkpoint(
+            c.key, c.step, c.tokens_seen, {k: v for k, v in c.metrics.items() if "tier_gap" not in k}
+        )
+        for c in cps
+    ]
+    assert not any(ax.get_title().startswith("common - rare") for ax in figures.tiers_figure(bare).axes)

@@ -14,7 +14,7 @@ from bytecanary.report import analysis, figures
 from bytecanary.report.tables import Column
 from bytecanary.report.writer import _scalars, load_run, report_summary, write_report
 
-from .runs import assert_one_sync_of_every_offline_run, is_png, make_run
+from .runs import TIER_GAP, TOKENS, assert_one_sync_of_every_offline_run, is_png, make_run, tier_gap
 
 
 def test_report_writes_valid_pngs(reported):
@@ -87,6 +87,44 @@ def test_report_md_gives_time_to_tolerance_and_its_grid(reported):
         assert all(re.fullmatch(r"\d+\.\d\d \(\d+\.\d\d-\d+\.\d\d.*\)|n/a: .+", c) for c in cells), cells
     p_valid_row = next(line for line in md.splitlines() if line.startswith("| ±0.01 (T 200k) | "))
     assert "| 2.00 (" in p_valid_row
+
+
+def test_the_tier_gap_is_read_everywhere_with_its_ci(reported):
+    """Issue 36 item 4: common minus rare at the last checkpoint (every metric) and on the
+    curve, in report.md, the printed summary, W&B's summary values and tiers.png."""
+    run, stdout = reported
+    md = (run / "report" / "report.md").read_text(encoding="utf-8")
+    last = tier_gap(TOKENS[-1], "ja")
+    cell = "{:+.3f} ({:+.3f} to {:+.3f})".format
+    key = "probe/level0/ja/all/tier_gap_{}".format
+    ja = [
+        cell(last[key(m)], last[key(m) + "_lo"], last[key(m) + "_hi"])
+        for m in ("partial", "strict", "p_valid")
+    ]
+    assert (
+        f"## Tier gap, common - rare, at {TOKENS[-1]:,} tokens seen (value and 95% CI over characters)" in md
+    )
+    assert "| language | V partial | V strict | p_valid |" in md and f"| ja | {' | '.join(ja)} |" in md
+    assert "| en |" not in md.split("## Tier gap, common")[1]  # en has no rare character: no row
+    curve = md[md.index("## Tier gap over training") :].split("\n\n")[1].splitlines()
+    assert curve[0] == "| tokens seen | step | all | ja | ko | zh |" and len(curve) == 2 + len(TOKENS)
+    first = tier_gap(TOKENS[0], "zh")
+    zh = "probe/level0/zh/all/tier_gap_partial"
+    assert curve[2].endswith(f" | {cell(first[zh], first[zh + '_lo'], first[zh + '_hi'])} |")
+    assert (
+        f"tier gap, common - rare V partial at {TOKENS[-1]:,} tokens seen (95% CI over characters): all "
+        in stdout
+    )
+    assert f"; ja {ja[0]};" in stdout
+    data = load_run(run)
+    numbers = _scalars(analysis.convergence(data.metrics, data.probes), analysis.checkpoints(data.probes), {})
+    at_end = tier_gap(TOKENS[-1], "all")
+    assert {k: numbers[k] for k in numbers if k.startswith("report/tier_gap")} == {
+        f"report/tier_gap_{m}{e}": at_end[f"probe/level0/all/all/tier_gap_{m}{e}"]
+        for m in ("partial", "strict", "p_valid")
+        for e in ("", "_lo", "_hi")
+    }
+    assert abs(numbers["report/tier_gap_partial"] - TIER_GAP) < 0.05
 
 
 def test_headers_say_which_way_is_better(reported):
@@ -225,7 +263,7 @@ def test_wandb_summary_numbers_hold_both_ratios(tmp_path):
     run = make_run(tmp_path)
     data = load_run(run)
     conv = analysis.convergence(data.metrics, data.probes)
-    numbers = _scalars(conv, {})
+    numbers = _scalars(conv, analysis.checkpoints(data.probes), {})
     for name, r, curve in (
         ("validity", conv.ratio, conv.headline),
         ("p_valid", conv.p_valid_ratio, conv.p_valid[analysis.P_VALID_KEY]),
