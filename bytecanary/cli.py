@@ -175,7 +175,8 @@ def probe(
     Pairs of (checkpoint, probe) already in --out are skipped, so a rerun after a crash only
     does what is missing. Several workers (torchrun --nproc-per-node N -m bytecanary.cli probe,
     srun bytecanary probe, array jobs) share a series: each claims a pair before computing it.
-    Prints a table per probe and writes an offline W&B run (the first rank's).
+    Prints a table per probe (on a training run's folder, with the ratios to its perplexity that
+    bytecanary report states) and writes an offline W&B run (the first rank's).
 
     Args:
         paths: .safetensors/.ckpt checkpoints, HF model folders, (run) folders of checkpoints, or model ids
@@ -190,8 +191,9 @@ def probe(
     """
     if not paths and not series.watch:
         raise BytecanaryError("probe: give at least one PATH or --watch DIR")
-    from bytecanary.probes.runner import Job, probe_specs, run
+    from bytecanary.probes.runner import Job, probe_specs, run, training_run
     from bytecanary.report.summary import add_mcqa_series, summary
+    from bytecanary.report.writer import probe_ratio_lines
 
     _set_threads(threads)
     names = [p.strip() for p in choice.probes.split(",") if p.strip()] if choice.probes else None
@@ -211,6 +213,9 @@ def probe(
     )
     code = run(paths, probe_specs(choice.config, names), job, finish=add_mcqa_series)
     print(summary(Path(output.out)))
+    training = training_run(paths, series.watch, job.revisions)
+    for line in probe_ratio_lines(training, Path(output.out)) if training else []:
+        print(line)
     print(f"records: {Path(output.out)}")
     if code:
         print(f"error: probe: some probes failed; their records in {output.out} say why", file=sys.stderr)

@@ -335,11 +335,36 @@ def write_report(
 
 def report_summary(run_dir: str | Path, tolerance: settling.Tolerance | None = None) -> str:
     """A few lines for the terminal: what perplexity, V_partial and p_valid did, the ratios of
-    the two to perplexity (flat tail, and time to ``tolerance`` within this run), the share
-    of the run spent in probes, the report's path (after ``write_report``, which warned of
-    any bad line already)."""
+    the two to perplexity (flat tail, and time to ``tolerance`` within this run), the tier
+    gap, the share of the run spent in probes, the report's path (after ``write_report``,
+    which warned of any bad line already)."""
     data = load_run(run_dir, on_bad=lambda message: None)
-    conv = analysis.convergence(data.metrics, data.probes, tolerance)
+    cost = analysis.probe_cost(data.metrics)
+    return "\n".join(
+        [
+            *ratio_lines(data.metrics, data.probes, tolerance),
+            *([f"probes: {cost.describe()}"] if cost else []),
+            f"report: {data.run_dir / REPORT_DIR / 'report.md'} (+ {', '.join(f'{n}.png' for n in FIGURES)})",
+        ]
+    )
+
+
+def probe_ratio_lines(run_dir: Path, out: Path) -> list[str]:
+    """``bytecanary probe``'s lines under its tables when it probed a training run: the ratios
+    of the records in ``out`` to the run's perplexity, as ``bytecanary report`` states them."""
+    metrics_path = run_dir / "metrics.jsonl"
+    if not metrics_path.is_file() or not out.is_file():
+        return []
+    metrics = read_jsonl(metrics_path, on_bad=lambda message: None)  # the run's own: report warns of it
+    return ratio_lines(metrics, merge(read(out, lambda message: None)))  # the tables above warned
+
+
+def ratio_lines(
+    metrics: list[dict[str, Any]], probes: list[Record], tolerance: settling.Tolerance | None = None
+) -> list[str]:
+    """What perplexity, V_partial and p_valid did and the two ratios to perplexity (flat tail,
+    and time to ``tolerance`` within this run), then the tier gap at the last checkpoint."""
+    conv = analysis.convergence(metrics, probes, tolerance)
     eps = conv.tolerance
     within = (
         f"{settling.eps_text(eps.validity_tolerance, False)} vs {settling.eps_text(eps.ppl_tolerance, True)}"
@@ -362,13 +387,5 @@ def report_summary(run_dir: str | Path, tolerance: settling.Tolerance | None = N
             else f"n/a ({conv.why_no_tolerance_ratio(key)})"
         )
         lines.append(f"{name}/perplexity tokens to tolerance ({within}, within this run): {settled}")
-    gap = tier_gaps.summary_line(analysis.checkpoints(data.probes))
-    cost = analysis.probe_cost(data.metrics)
-    return "\n".join(
-        [
-            *lines,
-            *([gap] if gap else []),
-            *([f"probes: {cost.describe()}"] if cost else []),
-            f"report: {data.run_dir / REPORT_DIR / 'report.md'} (+ {', '.join(f'{n}.png' for n in FIGURES)})",
-        ]
-    )
+    gap = tier_gaps.summary_line(analysis.checkpoints(probes))
+    return [*lines, *([gap] if gap else [])]

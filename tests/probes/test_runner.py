@@ -16,6 +16,7 @@ from bytecanary.cli import main
 from bytecanary.probes import level0, level1
 from bytecanary.probes.runner import Job, resolve, run, watch
 from bytecanary.records import read as read_records
+from bytecanary.report.writer import probe_ratio_lines
 from bytecanary.train.export import export
 
 from ..conftest import MICRO, run_train
@@ -64,7 +65,15 @@ def test_folder_of_checkpoints_in_step_order_then_rerun_is_a_no_op(trained_run, 
     tiers = text[text.index("partial by tier, step 8") :].splitlines()
     ja = next(line for line in tiers if line.startswith("ja ")).split()[1:]
     assert ja[0] == f"{last['probe/level0/ja/common/partial']:.3f}" and len(ja) == 5
-    capsys.readouterr()
+    # a training run's checkpoints: under the tables, the ratios to its perplexity as the report gives them
+    printed = capsys.readouterr().out
+    ratios = probe_ratio_lines(trained_run, out)
+    assert "\n".join(ratios) in printed and printed.index(ratios[0]) > printed.index("partial by tier")
+    assert any(
+        x.startswith("validity/perplexity tokens to tolerance (±0.01 vs ±2%, within this run): n/a (")
+        for x in ratios
+    )
+    assert ratios[0].startswith("validation perplexity ")
     before = out.read_bytes()
     assert _probe(str(trained_run), "--out", str(out)) == 0  # the run folder works too
     assert "nothing to do" in capsys.readouterr().out and out.read_bytes() == before
