@@ -49,11 +49,12 @@ def test_unknown_flag_is_one_line_and_exit_2(capsys):
 
 def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
     """The runner is replaced (no model is loaded); every flag lands in its job."""
-    from bytecanary.probes.runner import Job
+    from bytecanary.probes.runner import Job, training_run
 
     calls = []
     runner = types.ModuleType("bytecanary.probes.runner")
     runner.Job = Job
+    runner.training_run = training_run
     runner.probe_specs = lambda config, names: {"config": config, "names": names}
     runner.run = lambda *args, **kwargs: calls.append((args, kwargs)) or 0
     monkeypatch.setitem(sys.modules, "bytecanary.probes.runner", runner)
