@@ -189,7 +189,8 @@ def _short_why(conv: Convergence, key: str, cell: tuple[float, float]) -> str:
 
 
 def _tokens(s: settling.Settling) -> str:
-    return figures.si(s.at) if s.at is not None else "n/a"
+    """T in three significant digits (6963200 -> 6.96M): a heading, not a record."""
+    return figures.si(float(f"{s.at:.3g}")) if s.at is not None else "n/a"
 
 
 def _grid_tables(conv: Convergence) -> list[Table]:
