@@ -212,11 +212,9 @@ def probe(
         **({"lease": workers.lease} if workers.lease is not None else {}),
     )
     code = run(paths, probe_specs(choice.config, names), job, finish=add_mcqa_series)
-    print(summary(Path(output.out)))
     training = training_run(paths, series.watch, job.revisions)
-    for line in probe_ratio_lines(training, Path(output.out)) if training else []:
-        print(line)
-    print(f"records: {Path(output.out)}")
+    ratios = probe_ratio_lines(training, Path(output.out)) if training else []
+    print("\n".join([summary(Path(output.out)), *ratios, f"records: {Path(output.out)}"]))
     if code:
         print(f"error: probe: some probes failed; their records in {output.out} say why", file=sys.stderr)
     return code
