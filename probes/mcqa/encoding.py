@@ -12,8 +12,12 @@ tokens when the vocabulary has none).
 
 Cloze scoring follows lm-evaluation-harness's ``_encode_pair`` for causal models, so
 the numbers are comparable with that harness: trailing whitespace of the context moves
-to the continuation, and context + continuation are encoded together and split at the
-context's length.
+to the continuation, context + continuation are encoded together and the continuation is
+what follows the context's length. On an lm-eval task the prompt is the context encoded on
+its own, with the tokenizer's special tokens as lm-eval 0.4.13's ``HFLM.tok_encode`` adds
+them (``lm_eval_pair``), even where the tokenizer merges across the delimiter: lm-eval
+then scores tokens no single encoding holds, and so does the probe. Our own tasks keep
+the shared prompt of the whole encodings, without special tokens (``encode_pair``).
 """
 
 from __future__ import annotations
@@ -22,10 +26,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from bytecanary.bytecodec import ByteCodec
+from bytecanary.errors import BytecanaryError
 
 
-def _ids(tokenizer: Any, text: str) -> list[int]:
-    return list(tokenizer.encode(text, add_special_tokens=False))
+def text_ids(tokenizer: Any, text: str, special: bool | None = False) -> list[int]:
+    """``text``'s ids: with the tokenizer's special tokens (``special`` True), without them
+    (False), or as lm-eval 0.4.13's ``HFLM.tok_encode`` by default (None: the tokenizer's own
+    default, and none where the text already begins with the prefix token's text)."""
+    if special is None and text.startswith(tokenizer.decode([prefix_token_id(tokenizer)])):
+        special = False
+    kwargs = {} if special is None else {"add_special_tokens": special}
+    return list(tokenizer.encode(text, **kwargs))
+
+
+def prefix_token_id(tokenizer: Any) -> int:
+    """lm-eval's ``prefix_token_id``: the token an empty context stands for (BOS, else EOS)."""
+    return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
 
 
 def token_for_bytes(codec: ByteCodec, data: bytes) -> list[int]:
@@ -45,27 +61,61 @@ class LetterEncoding:
     continuations: list[list[int]]
 
 
-def letter_separate(tokenizer: Any, codec: ByteCodec, prompt: str, labels: list[str]) -> LetterEncoding:
-    """``[..., "Answer:", <space>]`` + bare letter: the space is its own token."""
-    base = _ids(tokenizer, prompt.rstrip())
+def letter_separate(
+    tokenizer: Any, codec: ByteCodec, prompt: str, labels: list[str], special: bool | None = False
+) -> LetterEncoding:
+    """``[..., "Answer:", <space>]`` + bare letter: the space is its own token (``special``:
+    the prompt's special tokens, as ``text_ids``)."""
+    base = text_ids(tokenizer, prompt.rstrip(), special)
     space = token_for_bytes(codec, b" ")
     return LetterEncoding(base + space, [token_for_bytes(codec, label.encode()) for label in labels])
 
 
-def letter_merged(tokenizer: Any, codec: ByteCodec, prompt: str, labels: list[str]) -> LetterEncoding:
+def letter_merged(
+    tokenizer: Any, codec: ByteCodec, prompt: str, labels: list[str], special: bool | None = False
+) -> LetterEncoding:
     """``[..., "Answer:"]`` + `` A``: the letter with its word-boundary marker, exactly the
-    tokens the tokenizer writes after the prompt."""
+    tokens the tokenizer writes after the prompt (``special``: the prompt's special tokens)."""
     context = prompt.rstrip()
-    base = _ids(tokenizer, context)
-    return LetterEncoding(base, [encode_pair(tokenizer, context, f" {label}")[1] for label in labels])
+    pairs = [lm_eval_pair(tokenizer, context, f" {label}", special) for label in labels]
+    return LetterEncoding(pairs[0][0], [cont for _, cont in pairs])
+
+
+def _moved(context: str, continuation: str) -> tuple[str, str]:
+    """lm-eval's whitespace move: the context's trailing whitespace starts the continuation."""
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces:
+        return context[:-n_spaces], context[-n_spaces:] + continuation
+    return context, continuation
 
 
 def encode_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[int], list[int]]:
-    """lm-evaluation-harness's ``_encode_pair``: (context ids, continuation ids)."""
-    n_spaces = len(context) - len(context.rstrip())
-    if n_spaces:
-        continuation = context[-n_spaces:] + continuation
-        context = context[:-n_spaces]
-    whole = _ids(tokenizer, context + continuation)
-    n_context = len(_ids(tokenizer, context))
+    """Our own tasks' split: the whole encoding (no special tokens) cut at the context's
+    length, (context ids, continuation ids)."""
+    context, continuation = _moved(context, continuation)
+    whole = text_ids(tokenizer, context + continuation)
+    n_context = len(text_ids(tokenizer, context))
     return whole[:n_context], whole[n_context:]
+
+
+def lm_eval_pair(
+    tokenizer: Any, context: str, continuation: str, special: bool | None = None
+) -> tuple[list[int], list[int]]:
+    """lm-eval 0.4.13's (context ids, continuation ids) of one loglikelihood request: the
+    context encoded alone, the continuation what follows its length in the whole encoding
+    (``_encode_pair``); an empty context is the prefix token before the continuation encoded
+    alone. ``special``: the special tokens, as ``text_ids`` (None: lm-eval's default)."""
+    if not context:
+        cont = text_ids(tokenizer, continuation, False)
+        if cont and cont[0] == prefix_token_id(tokenizer):
+            raise BytecanaryError(f"choice {continuation!r} begins with the prefix token's text")
+        return [prefix_token_id(tokenizer)], cont
+    context, continuation = _moved(context, continuation)
+    context_ids = text_ids(tokenizer, context, special)
+    cont = text_ids(tokenizer, context + continuation, special)[len(context_ids) :]
+    if not cont:
+        raise BytecanaryError(
+            f"choice {continuation!r} has no tokens of its own after the context (the tokenizer merges it "
+            "into the context's end; lm-eval refuses it too)"
+        )
+    return context_ids, cont

@@ -49,6 +49,9 @@ class LmEvalItem(McqaItem):
     context: str = ""
     doc_id: int = 0
     task_version: str | int | float | None = None
+    special_tokens: bool | None = None
+    """Its prompts' special tokens (BOS): None as lm-eval does, True/False forced (the entry's
+    ``add_special_tokens``)."""
 
 
 def require_lm_eval(where: str) -> None:
@@ -74,6 +77,10 @@ class LmEvalSource:
     """The items' language where the task names none."""
     limit: int | None = None
     """The first this many documents of each task (None: all, as lm-eval)."""
+    add_special_tokens: bool | None = None
+    """The tokenizer's special tokens (BOS) before every prompt: None as lm-eval 0.4.13 does
+    (the tokenizer's default: Llama, Mistral and Gemma tokenizers add BOS, GPT-2's none), or
+    True/False for every prompt, as lm-eval's ``add_bos_token``."""
 
     def __post_init__(self) -> None:
         where = f"lm-eval task {self.name!r}"
@@ -84,6 +91,10 @@ class LmEvalSource:
             isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1
         ):
             raise BytecanaryError(f"{where}: limit: expected a number of documents >= 1, got {self.limit!r}")
+        if self.add_special_tokens is not None and not isinstance(self.add_special_tokens, bool):
+            raise BytecanaryError(
+                f"{where}: add_special_tokens: expected true, false or null, got {self.add_special_tokens!r}"
+            )
         if self.include_path is not None and not Path(self.include_path).is_dir():
             raise BytecanaryError(f"{where}: include_path: {self.include_path}: no such folder")
         require_lm_eval(where)
@@ -93,7 +104,11 @@ class LmEvalSource:
         (the first ``limit`` of each, at most ``self.limit``)."""
         limits = [n for n in (limit, self.limit) if n is not None]
         n = min(limits) if limits else None
-        return [pair for task in _build(self).values() for pair in _task_items(task, self.language, n)]
+        return [
+            pair
+            for task in _build(self).values()
+            for pair in _task_items(task, self.language, n, self.add_special_tokens)
+        ]
 
     def files(self) -> list[Path]:
         """What the items depend on: each task's YAML, the YAMLs it includes, the modules its
@@ -282,7 +297,7 @@ def _recorded_draws(task: Any) -> list[dict[str, Any]]:
 
 
 def _task_items(
-    task: Any, given_language: str | None, limit: int | None
+    task: Any, given_language: str | None, limit: int | None, special_tokens: bool | None
 ) -> list[tuple[LmEvalItem, tuple[McqaItem, ...]]]:
     """(item, its few-shot documents) of the task's first ``limit`` documents, each context
     built by lm-eval in document order after seeding its sampler as ``simple_evaluate`` does."""
@@ -308,6 +323,7 @@ def _task_items(
             context=context,
             doc_id=doc_id,
             task_version=task.VERSION,
+            special_tokens=special_tokens,
         )
         examples = tuple(
             McqaItem(**common, **_fields(task, d, task.fewshot_cfg, f"{where}, a few-shot document"))

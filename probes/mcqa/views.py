@@ -14,8 +14,15 @@ from typing import Any
 
 from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
+from bytecanary.errors import BytecanaryError
 from bytecanary.probes.mcqa import wrappers
-from bytecanary.probes.mcqa.encoding import encode_pair, letter_merged, letter_separate
+from bytecanary.probes.mcqa.encoding import (
+    encode_pair,
+    letter_merged,
+    letter_separate,
+    lm_eval_pair,
+    text_ids,
+)
 from bytecanary.probes.mcqa.lm_eval_tasks import LmEvalItem
 from bytecanary.probes.mcqa.prompts import dashed, labels, render, rotate
 from bytecanary.probes.mcqa.tasks import McqaItem
@@ -32,14 +39,20 @@ class View:
     prompts: dict[str, list[int]] = field(default_factory=dict)  # generative protocol -> prompt ids
 
 
-def cloze_encoding(tokenizer: Any, item: McqaItem) -> tuple[list[int], list[list[int]]]:
-    """Each option's full text after the question (or continuing the context; an lm-eval
-    task's: its whole few-shot context), encoded as lm-evaluation-harness does; the prompt
-    is what every option's encoding shares."""
+def cloze_encoding(tokenizer: Any, item: McqaItem, special: bool | None) -> tuple[list[int], list[list[int]]]:
+    """Each option's full text after the question (or continuing the context), encoded as
+    lm-evaluation-harness does. An lm-eval task's: after its whole few-shot context encoded
+    on its own (with ``special`` tokens, ``lm_eval_pair``), the prompt of every option. Our
+    own tasks': the prompt is what every option's whole encoding shares."""
     if isinstance(item, LmEvalItem):
-        context = item.context
-    else:
-        context = item.question if item.continuation else f"Question: {item.question}\nAnswer:"
+        try:
+            pairs = [
+                lm_eval_pair(tokenizer, item.context, f"{item.delimiter}{c}", special) for c in item.choices
+            ]
+        except BytecanaryError as err:
+            raise BytecanaryError(f"lm-eval task {item.task!r} doc {item.doc_id}: {err}") from None
+        return pairs[0][0], [cont for _, cont in pairs]
+    context = item.question if item.continuation else f"Question: {item.question}\nAnswer:"
     delimiter = item.delimiter if item.continuation else " "
     pairs = [encode_pair(tokenizer, context, f"{delimiter}{choice}") for choice in item.choices]
     wholes = [ctx + cont for ctx, cont in pairs]
@@ -65,19 +78,27 @@ def generative_prompt(protocol: str, item: McqaItem) -> str:
 def scored_encodings(
     tokenizer: Any, codec: ByteCodec, item: McqaItem, prompt: str, label_format: str, scored: Sequence[str]
 ) -> dict[str, tuple[list[int], list[list[int]]]]:
-    """(prompt ids, one continuation per option) of every scored protocol."""
+    """(prompt ids, one continuation per option) of every scored protocol; an lm-eval
+    task's prompts with the special tokens ``special_tokens`` gives it, our own tasks' without."""
     names = labels(label_format, len(item.choices))
+    special = special_tokens(item)
     enc: dict[str, tuple[list[int], list[list[int]]]] = {}
     for protocol in scored:
         if protocol == keys.SEPARATE:
-            e = letter_separate(tokenizer, codec, prompt, names)
+            e = letter_separate(tokenizer, codec, prompt, names, special)
             enc[protocol] = (e.prompt_ids, e.continuations)
         elif protocol == keys.MERGED:
-            e = letter_merged(tokenizer, codec, prompt, names)
+            e = letter_merged(tokenizer, codec, prompt, names, special)
             enc[protocol] = (e.prompt_ids, e.continuations)
         else:
-            enc[protocol] = cloze_encoding(tokenizer, item)
+            enc[protocol] = cloze_encoding(tokenizer, item, special)
     return enc
+
+
+def special_tokens(item: McqaItem) -> bool | None:
+    """Whether an item's prompts get the tokenizer's special tokens (BOS): an lm-eval task's
+    as its setting says (None: as lm-eval does), our own tasks' never (their documented encoding)."""
+    return item.special_tokens if isinstance(item, LmEvalItem) else False
 
 
 def build_views(
@@ -102,7 +123,7 @@ def build_views(
             prompt = render(shown, label_format, shots)
             enc = scored_encodings(tokenizer, codec, shown, prompt, label_format, scored)
             gen = {
-                p: list(tokenizer.encode(generative_prompt(p, shown), add_special_tokens=False))
+                p: text_ids(tokenizer, generative_prompt(p, shown), special_tokens(shown))
                 for p in (generative if r == 0 else [])
             }
             views.append(View(shown, r, enc, gen))

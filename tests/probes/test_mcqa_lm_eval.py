@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 from tokenizers import Tokenizer
+from tokenizers.processors import TemplateProcessing
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from bytecanary import stats
@@ -67,10 +68,11 @@ def _jsonl(path, rows):
     return str(path)
 
 
-def _write_tasks(root):
+def _write_tasks(root, newline=False):
     """Two tasks sharing a template (``include``): ``mc_zh`` says its language in its metadata,
     ``mc_ja`` does not (given in the probe entry) and has fixed choices and an empty delimiter.
-    Each has 3 few-shot (train) and 6 test documents."""
+    Each has 3 few-shot (train) and 6 test documents. With ``newline``, a third, ``mc_ja_nl``:
+    ``mc_ja`` with the delimiter "\n"."""
     (root / "_template_yaml").write_text(yaml.safe_dump(TEMPLATE, allow_unicode=True), encoding="utf-8")
     zh = [{"premise": p, "question": q, "choices": c, "label": a} for p, q, c, a in ZH]
     ja = [{"premise": p, "question": q, "label": a} for p, q, a in JA]
@@ -83,6 +85,9 @@ def _write_tasks(root):
                  "test": _jsonl(root / f"{lang}_test.jsonl", rows[3:])}  # fmt: skip
         task = {"include": "_template_yaml", "task": f"mc_{lang}", "dataset_kwargs": {"data_files": files}}
         (root / f"mc_{lang}.yaml").write_text(yaml.safe_dump({**task, **extra}, allow_unicode=True), "utf-8")
+        if lang == "ja" and newline:
+            nl = {**task, **extra, "task": "mc_ja_nl", "target_delimiter": "\n"}
+            (root / "mc_ja_nl.yaml").write_text(yaml.safe_dump(nl, allow_unicode=True), "utf-8")
     return root
 
 
@@ -107,13 +112,43 @@ def letter_tokenizer(byte_fallback_tokenizer):
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), **specials)
 
 
-@pytest.fixture(scope="module")
-def letter_model(letter_tokenizer):
-    """A tiny random GPT-2 over that vocabulary, context long enough for the 2-shot prompts."""
-    cfg = GPT2Config(vocab_size=len(letter_tokenizer), n_positions=512, n_embd=32, n_layer=2, n_head=2,
+def _model(tokenizer):
+    """A tiny random GPT-2 over the tokenizer's vocabulary, context long enough for the 2-shot prompts."""
+    cfg = GPT2Config(vocab_size=len(tokenizer), n_positions=512, n_embd=32, n_layer=2, n_head=2,
                      initializer_range=0.5)  # fmt: skip
     torch.manual_seed(0)
     return GPT2LMHeadModel(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def letter_model(letter_tokenizer):
+    return _model(letter_tokenizer)
+
+
+def _variant(tokenizer, bos=False, merges=()):
+    """``tokenizer`` adding BOS before every text as Llama's does (``bos``), or merging each
+    pair of ``merges`` into one token, as a tokenizer may merge a context's end with the
+    delimiter or the choice after it."""
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    for a, b in merges:
+        for token in (a, b, a + b):
+            vocab.setdefault(token, len(vocab))
+        spec["model"]["merges"].append([a, b])
+    backend = Tokenizer.from_str(json.dumps(spec))
+    if bos:
+        backend.post_processor = TemplateProcessing(
+            single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", tokenizer.bos_token_id)]
+        )
+    specials = {k: getattr(tokenizer, k) for k in ("unk_token", "bos_token", "eos_token", "pad_token")}
+    return PreTrainedTokenizerFast(tokenizer_object=backend, **specials)
+
+
+@pytest.fixture(scope="module", params=["adds BOS", "merges across the delimiter"])
+def other_tokenizer(request, letter_tokenizer):
+    if request.param == "adds BOS":
+        return _variant(letter_tokenizer, bos=True)
+    return _variant(letter_tokenizer, merges=[("：", "は"), ("：", "\n"), ("：", "い")])
 
 
 @pytest.fixture
@@ -140,7 +175,7 @@ def _probe(root, **params):
     return get_probe("mcqa", tasks=_tasks(root), embedded_per_language=0, nonsense_per_language=0, **params)
 
 
-def _lm_eval_samples(model, tokenizer, root):
+def _lm_eval_samples(model, tokenizer, root, tasks=("mc_zh", "mc_ja")):
     """lm-eval 0.4.13's own run on the same model: its logged samples per task, by doc_id."""
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
@@ -148,7 +183,7 @@ def _lm_eval_samples(model, tokenizer, root):
 
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=8, device="cpu")
     manager = TaskManager(include_path=str(root), include_defaults=False)
-    out = simple_evaluate(model=lm, tasks=["mc_zh", "mc_ja"], task_manager=manager, log_samples=True,
+    out = simple_evaluate(model=lm, tasks=list(tasks), task_manager=manager, log_samples=True,
                           bootstrap_iters=0)  # fmt: skip
     return {task: {s["doc_id"]: s for s in samples} for task, samples in out["samples"].items()}, out
 
@@ -203,6 +238,92 @@ def test_cloze_equals_lm_eval_item_for_item(offline, lm_eval_tasks, letter_model
     separate = {r["doc_id"]: r["continuation_ids"] for r in rows if r["protocol"] == "letter_separate"}
     merged = {r["doc_id"]: r["continuation_ids"] for r in rows if r["protocol"] == "letter_merged"}
     assert all(separate[d] != merged[d] for d in separate)  # the strategies score different ids
+
+
+def test_cloze_equals_lm_eval_where_the_tokenizer_adds_bos_or_merges(offline, other_tokenizer, tmp_path):
+    """Issue 33: lm-eval encodes the context on its own (with the tokenizer's BOS) and scores
+    what follows its length in the whole encoding, even where the tokenizer merges the
+    context's end with a "" or "\n" delimiter's choice; the probe scores the same tokens."""
+    (tmp_path / "tasks").mkdir()
+    root = _write_tasks(tmp_path / "tasks", newline=True)
+    names = ("mc_zh", "mc_ja", "mc_ja_nl")
+    entries = [{"name": n, "source": "lm_eval", "include_path": str(root), "language": "ja"} for n in names]
+    records = tmp_path / "items.jsonl"
+    probe = get_probe("mcqa", tasks=entries, embedded_per_language=0, nonsense_per_language=0,
+                      protocols=["cloze", "letter_merged"], records=str(records))  # fmt: skip
+    model = _model(other_tokenizer)
+    views = probe.prepare(other_tokenizer, None)
+    got = probe.aggregate(views, [probe.compute(model, other_tokenizer, views)], NO_CONTEXT)
+    theirs, results = _lm_eval_samples(model, other_tokenizer, root, names)
+    rows = [json.loads(line) for line in records.read_text(encoding="utf-8").splitlines()]
+    cloze = [r for r in rows if r["protocol"] == "cloze"]
+    assert len(cloze) == 18
+    for r in cloze:
+        their_ll = [float(resp[0]) for resp in theirs[r["task"]][r["doc_id"]]["filtered_resps"]]
+        np.testing.assert_allclose(r["ll"], their_ll, atol=1e-4, rtol=0)
+    for task in names:
+        for metric in ("acc", "acc_norm"):
+            want = results["results"][task][f"{metric},none"]
+            assert got[f"probe/mcqa/{task}/cloze/{metric}"] == pytest.approx(want)
+    bos = other_tokenizer.bos_token_id
+    adds_bos = other_tokenizer.encode("x")[0] == bos
+    for v in views:  # every prompt, letters included, begins as lm-eval's context does
+        assert all((p[0] == bos) == adds_bos for p, _ in v.encodings.values())
+    if not adds_bos:  # the merges happen: some choice's whole encoding does not begin with its context's
+        merged = [
+            v.item.task
+            for v in views
+            for c in v.item.choices
+            if other_tokenizer.encode(v.item.context + v.item.delimiter + c)[: len(v.encodings["cloze"][0])]
+            != v.encodings["cloze"][0]
+        ]
+        assert {"mc_ja", "mc_ja_nl"} <= set(merged) and "mc_zh" not in merged
+
+
+def test_lm_eval_pair_is_hflms_own_encoding(offline, other_tokenizer):
+    from lm_eval.models.huggingface import HFLM
+
+    from bytecanary.probes.mcqa.encoding import lm_eval_pair
+
+    tok = other_tokenizer
+    lm = HFLM(pretrained=_model(tok), tokenizer=tok, device="cpu")
+    pairs = [("問：", "はい"), ("答：", "\nいいえ"), ("Answer: ", "A"), ("x", " y"), ("<s>x", " y")]
+    for context, continuation in pairs:
+        assert lm_eval_pair(tok, context, continuation) == tuple(
+            map(list, lm._encode_pair(context, continuation))
+        )
+    # an empty context (an empty doc_to_text, zero-shot) is lm-eval's prefix token
+    assert lm.prefix_token_id == tok.bos_token_id
+    assert lm_eval_pair(tok, "", "はい") == ([tok.bos_token_id], tok.encode("はい", add_special_tokens=False))
+    if tok.encode("x")[0] != tok.bos_token_id:  # the merging one: a choice swallowed whole is refused
+        with pytest.raises(BytecanaryError, match="no tokens of its own after the context"):
+            lm_eval_pair(tok, "問：", "は")
+
+
+def test_add_special_tokens_forces_or_drops_bos_on_every_prompt(offline, lm_eval_tasks, letter_tokenizer):
+    tokenizer = _variant(letter_tokenizer, bos=True)
+    bos = tokenizer.bos_token_id
+    for setting, first in ((None, True), (True, True), (False, False)):
+        entry = {
+            "name": "mc_zh",
+            "source": "lm_eval",
+            "include_path": str(lm_eval_tasks),
+            "add_special_tokens": setting,
+        }
+        probe = get_probe("mcqa", tasks=[entry], embedded_per_language=0, nonsense_per_language=0,
+                          protocols=["cloze", "letter_separate", "dashed"])  # fmt: skip
+        for v in probe.prepare(tokenizer, None):
+            prompts = [p for p, _ in v.encodings.values()] + list(v.prompts.values())
+            assert prompts and all((p[0] == bos) == first and p[1] != bos for p in prompts)
+    with pytest.raises(BytecanaryError, match="add_special_tokens: expected true, false or null, got 'yes'"):
+        task_source(
+            {
+                "name": "mc_zh",
+                "source": "lm_eval",
+                "include_path": str(lm_eval_tasks),
+                "add_special_tokens": "yes",
+            }
+        )
 
 
 def _mcnemar(a, b):
