@@ -19,11 +19,12 @@ task there costs no scan of lm-eval's registry (about 14k entries, seconds).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import glob
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -81,6 +82,12 @@ class LmEvalSource:
     """The tokenizer's special tokens (BOS) before every prompt: None as lm-eval 0.4.13 does
     (the tokenizer's default: Llama, Mistral and Gemma tokenizers add BOS, GPT-2's none), or
     True/False for every prompt, as lm-eval's ``add_bos_token``."""
+    _built: dict[int | None, list[tuple[LmEvalItem, tuple[McqaItem, ...]]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """The items per document limit, built once: checking them, preparing them and the
+    fingerprint's files would each load the task and render every document again."""
+    _tasks: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"lm-eval task {self.name!r}"
@@ -104,17 +111,25 @@ class LmEvalSource:
         (the first ``limit`` of each, at most ``self.limit``)."""
         limits = [n for n in (limit, self.limit) if n is not None]
         n = min(limits) if limits else None
-        return [
-            pair
-            for task in _build(self).values()
-            for pair in _task_items(task, self.language, n, self.add_special_tokens)
-        ]
+        if n not in self._built:
+            self._built[n] = [
+                pair
+                for task in self.tasks().values()
+                for pair in _task_items(task, self.language, n, self.add_special_tokens)
+            ]
+        return self._built[n]
+
+    def tasks(self) -> dict[str, Any]:
+        """The task objects (``_build``), loaded once."""
+        if self._tasks is None:
+            self._tasks = _build(self)
+        return self._tasks
 
     def files(self) -> list[Path]:
         """What the items depend on: each task's YAML, the YAMLs it includes, the modules its
         ``!function``s name, and its local ``data_files``."""
         out: list[Path] = []
-        for task in _build(self).values():
+        for task in self.tasks().values():
             source = (task.config.metadata or {}).get("config_source", "")
             if source and Path(source).is_file():
                 out += _yaml_files(Path(source), set())
@@ -211,14 +226,11 @@ def _build(src: LmEvalSource) -> dict[str, Any]:
     manager, entry = _find(src)
     if entry.kind is Kind.TASK:
         _check_type(src.name, (entry.cfg or {}).get("output_type", "generate_until"))
-    try:
-        with no_progress_bars(True):
-            tasks = manager.load([src.name])["tasks"]
-    except Exception as err:  # YAML, template, dataset: all mean "this task won't load"
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise BytecanaryError(
-            f"lm-eval task {src.name!r}: cannot load: {type(err).__name__}: {first}"
-        ) from None
+    with (
+        _one_line(f"lm-eval task {src.name!r}: cannot load"),
+        no_progress_bars(True),
+    ):  # YAML, template, dataset
+        tasks = manager.load([src.name])["tasks"]
     for name, task in tasks.items():
         if not isinstance(task, ConfigurableTask):
             raise BytecanaryError(
@@ -265,7 +277,7 @@ def _fields(task: Any, doc: Mapping[str, Any], fewshot: Any, where: str) -> dict
         task.doc_to_choice(doc, choice),
         task.doc_to_target(doc, target),
     )
-    if not isinstance(question, str) or not question:
+    if not isinstance(question, str):  # empty: the choices hold the whole prompt (PAWS-X)
         raise BytecanaryError(f"{where}: doc_to_text gives {question!r}, not a prompt")
     if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
         raise BytecanaryError(f"{where}: doc_to_choice gives {choices!r}, not a list of two or more texts")
@@ -277,6 +289,19 @@ def _fields(task: Any, doc: Mapping[str, Any], fewshot: Any, where: str) -> dict
     if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(choices):
         raise BytecanaryError(f"{where}: doc_to_target gives {gold!r}, not one of its {len(choices)} choices")
     return {"question": question, "choices": tuple(choices), "answer": answer}
+
+
+@contextlib.contextmanager
+def _one_line(where: str) -> Iterator[None]:
+    """Any error of lm-eval's templates, functions or data while one document is read, as one
+    line naming the task and the document."""
+    try:
+        yield
+    except BytecanaryError:
+        raise
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise BytecanaryError(f"{where}: {type(err).__name__}: {first}") from None
 
 
 def _recorded_draws(task: Any) -> list[dict[str, Any]]:
@@ -314,21 +339,22 @@ def _task_items(
     out = []
     for doc_id, doc in task.doc_iterator(limit=limit):
         drawn.clear()
-        context = task.fewshot_context(doc=doc, num_fewshot=shots, gen_prefix=task.doc_to_prefix(doc))
         where = f"lm-eval task {name!r} doc {doc_id}"
-        item = LmEvalItem(
-            **common,
-            **_fields(task, doc, None, where),
-            item_id=str(doc_id),
-            context=context,
-            doc_id=doc_id,
-            task_version=task.VERSION,
-            special_tokens=special_tokens,
-        )
-        examples = tuple(
-            McqaItem(**common, **_fields(task, d, task.fewshot_cfg, f"{where}, a few-shot document"))
-            for d in drawn
-        )
+        with _one_line(where):
+            context = task.fewshot_context(doc=doc, num_fewshot=shots, gen_prefix=task.doc_to_prefix(doc))
+            item = LmEvalItem(
+                **common,
+                **_fields(task, doc, None, where),
+                item_id=str(doc_id),
+                context=context,
+                doc_id=doc_id,
+                task_version=task.VERSION,
+                special_tokens=special_tokens,
+            )
+            examples = tuple(
+                McqaItem(**common, **_fields(task, d, task.fewshot_cfg, f"{where}, a few-shot document"))
+                for d in drawn
+            )
         out.append((item, examples))
     if not out:
         raise BytecanaryError(f"lm-eval task {name!r}: no documents")

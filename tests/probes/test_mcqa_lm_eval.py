@@ -370,6 +370,59 @@ def test_the_fingerprint_follows_the_task_files(offline, tmp_path):
     assert len({before, after_yaml, _probe(root).fingerprint(None)}) == 3
 
 
+def test_an_empty_doc_to_text_scores_the_choices_as_lm_eval_does(
+    offline, letter_model, letter_tokenizer, tmp_path
+):
+    """PAWS-X's form: no prompt, each choice the whole text; lm-eval scores each choice after
+    its prefix token, and so does the probe."""
+    rows = [{"s1": p, "s2": q, "label": i % 2} for i, (p, q, *_) in enumerate(ZH)]
+    task = {**TEMPLATE, "task": "pawsish", "num_fewshot": 0, "doc_to_text": "", "target_delimiter": "",
+            "doc_to_choice": "{{[s1 + '，对吗？是的，' + s2, s1 + '，对吗？不是，' + s2]}}",
+            "metadata": {"version": 1.0, "language": "zh"},
+            "dataset_kwargs": {"data_files": {"train": _jsonl(tmp_path / "tr.jsonl", rows[:3]),
+                                              "test": _jsonl(tmp_path / "te.jsonl", rows[3:])}}}  # fmt: skip
+    (tmp_path / "pawsish.yaml").write_text(yaml.safe_dump(task, allow_unicode=True), encoding="utf-8")
+    records = tmp_path / "items.jsonl"
+    entry = {"name": "pawsish", "source": "lm_eval", "include_path": str(tmp_path)}
+    probe = get_probe("mcqa", tasks=[entry], embedded_per_language=0, nonsense_per_language=0,
+                      protocols=["cloze", "letter_merged"], records=str(records))  # fmt: skip
+    views = probe.prepare(letter_tokenizer, None)
+    probe.aggregate(views, [probe.compute(letter_model, letter_tokenizer, views)], NO_CONTEXT)
+    theirs, _ = _lm_eval_samples(letter_model, letter_tokenizer, tmp_path, ["pawsish"])
+    cloze = [json.loads(x) for x in records.read_text(encoding="utf-8").splitlines()]
+    cloze = [r for r in cloze if r["protocol"] == "cloze"]
+    assert len(cloze) == 6 and all(v.encodings["cloze"][0] == [letter_tokenizer.bos_token_id] for v in views)
+    for r in cloze:
+        their_ll = [float(resp[0]) for resp in theirs["pawsish"][r["doc_id"]]["filtered_resps"]]
+        np.testing.assert_allclose(r["ll"], their_ll, atol=1e-4, rtol=0)
+
+
+def test_a_template_failing_on_a_later_document_is_one_line_naming_it(offline, tmp_path):
+    root = _write_tasks(tmp_path)
+    template = root / "_template_yaml"
+    broken = "{% if premise == '鱼在游' %}{{ nothing.at_all }}{% endif %}{{premise}}\n问：{{question}}\n答："
+    spec = yaml.safe_load(template.read_text(encoding="utf-8"))
+    template.write_text(yaml.safe_dump({**spec, "doc_to_text": broken}, allow_unicode=True), encoding="utf-8")
+    probe = get_probe("mcqa", tasks=_tasks(root)[:1], embedded_per_language=0, nonsense_per_language=0)
+    with pytest.raises(BytecanaryError) as excinfo:
+        probe.validate(None)
+    assert _one_line(excinfo) == "lm-eval task 'mc_zh' doc 5: UndefinedError: 'nothing' is undefined"
+
+
+def test_each_document_is_built_once_per_probe(offline, lm_eval_tasks, letter_tokenizer, monkeypatch):
+    """Checking the items, preparing them and the fingerprint's files load each task once."""
+    from lm_eval.tasks import TaskManager
+
+    loads = []
+    load = TaskManager.load
+    monkeypatch.setattr(TaskManager, "load", lambda self, *a, **k: loads.append(a) or load(self, *a, **k))
+    probe = _probe(lm_eval_tasks, protocols=["cloze"])
+    probe.validate(None)
+    probe.fingerprint(None)
+    views = probe.prepare(letter_tokenizer, None)
+    assert len(views) == 12 and len(loads) == 2  # one per task entry
+
+
 def _one_line(excinfo) -> str:
     message = str(excinfo.value)
     assert "\n" not in message
