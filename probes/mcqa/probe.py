@@ -161,12 +161,34 @@ class McqaConfig(McqaItems, McqaProtocols, McqaGeneration, Sizes, PerSample):
     """Item views per forward pass; a batch of generated answers samples with a seed of its own."""
 
 
+def fit_rows(
+    views: list[tuple[list[int], list[list[int]]]], n_ctx: int
+) -> tuple[list[list[int]], list[list[list[int]]], list[tuple[int, int]]]:
+    """Scoring rows of (prompt, continuations), each with its (view, first choice): a view
+    whose prompt and longest choice fit the context (``n_ctx``; 0: no limit) is one row over
+    the shared prompt; one that does not is a row per choice, its prompt cut as lm-eval cuts
+    each request's, ``(prompt + choice)[-(n_ctx + 1):][:-1]``: the prompt's end, the question
+    and "Answer:", with as much before it as that choice leaves room for."""
+    prompts, conts, owners = [], [], []
+    for row, (prompt, choices) in enumerate(views):
+        if not n_ctx or len(prompt) + max(map(len, choices)) - 1 <= n_ctx:
+            prompts.append(prompt)
+            conts.append(choices)
+            owners.append((row, 0))
+            continue
+        for k, choice in enumerate(choices):
+            prompts.append(prompt[-max(1, n_ctx + 1 - len(choice)) :])
+            conts.append([choice])
+            owners.append((row, k))
+    return prompts, conts, owners
+
+
 @register_probe("mcqa")
 class McqaProbe(Probe):
     # in every record; raised whenever the same inputs give other metrics (the order in
     # which items are batched included: bootstrap CIs resample in that order), so records
     # of another version are probed again
-    version = 4
+    version = 5  # 5: lm-eval encoding (context alone, BOS), a row per choice where a prompt overflows
     Config = McqaConfig  # built as ``McqaProbe(McqaConfig(...))`` or ``McqaProbe(trial=True, ...)``
     config: McqaConfig
 
@@ -281,12 +303,11 @@ class McqaProbe(Probe):
         n_ctx = context_size(model)
         for protocol in self.scored:
             views = [prepared[i].encodings[protocol] for i in idx]
-            # a prompt longer than the context keeps its end (the question and "Answer:")
-            prompts = [p[-max(1, n_ctx - max(map(len, c))) :] if n_ctx else p for p, c in views]
-            lls = score_continuations(model, prompts, [c for _, c in views], pad, cfg.batch_size)
+            prompts, conts, owners = fit_rows(views, n_ctx)
+            lls = score_continuations(model, prompts, conts, pad, cfg.batch_size)
             table = np.full((len(idx), width), np.nan)
-            for row, ll in enumerate(lls):
-                table[row, : len(ll)] = ll
+            for (row, first), ll in zip(owners, lls, strict=True):
+                table[row, first : first + len(ll)] = ll
             out[protocol] = table
         if self.generated:
             answering = Answering(

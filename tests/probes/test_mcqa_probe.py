@@ -166,11 +166,27 @@ def test_sharded_equals_single_and_permutations(wide_model, byte_fallback_tokeni
 
 
 def test_prompts_longer_than_the_context_keep_their_end(random_model, byte_fallback_tokenizer, mmlu_file):
-    probe = _probe(mmlu_file, shots=2)
+    """Each choice of a view that overflows the context is scored as lm-eval scores its
+    request: one plain forward over ``(prompt + choice)[-(n + 1):][:-1]``."""
+    probe = _probe(mmlu_file, shots=2, protocols=["letter_separate", "letter_merged", "cloze"])
     views = probe.prepare(byte_fallback_tokenizer, None)
-    assert max(len(v.encodings["letter_merged"][0]) for v in views) > random_model.config.n_positions
-    got = probe.aggregate(views, [probe.compute(random_model, byte_fallback_tokenizer, views)], NO_CONTEXT)
+    n = random_model.config.n_positions
+    assert max(len(v.encodings["letter_merged"][0]) for v in views) > n
+    payload = probe.compute(random_model, byte_fallback_tokenizer, views)
+    got = probe.aggregate(views, [payload], NO_CONTEXT)
     assert got["probe/mcqa/mini/n"] == 2  # two items went into the shots
+    checked = 0
+    for protocol in ("letter_separate", "letter_merged", "cloze"):
+        for row, view in enumerate(views):
+            prompt, choices = view.encodings[protocol]
+            for k, choice in enumerate(choices):
+                ids = (prompt + choice)[-(n + 1) :]
+                with torch.no_grad():
+                    logits = random_model(torch.tensor([ids[:-1]])).logits[0].double().log_softmax(-1)
+                want = sum(float(logits[len(ids) - 1 - len(choice) + j, t]) for j, t in enumerate(choice))
+                assert payload[protocol][row, k] == pytest.approx(want, abs=1e-4)
+                checked += len(prompt) + len(choice) - 1 > n
+    assert checked > 0  # some choices overflowed, and each kept the end lm-eval keeps
 
 
 def test_embedded_task_from_the_prepared_data(wide_model, byte_fallback_tokenizer, small_data):
