@@ -22,18 +22,15 @@ from __future__ import annotations
 import contextlib
 import difflib
 import functools
-import glob
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, NamedTuple
-
-import yaml
+from typing import Any
 
 from bytecanary import versions
-from bytecanary.config import yaml_problem
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.errors import BytecanaryError
+from bytecanary.probes.mcqa.lm_eval_files import broken_yamls, data_files, yaml_files
 from bytecanary.probes.mcqa.tasks import McqaItem, TaskSource, no_progress_bars
 
 PIN = "==0.4.13"  # the extra's pin: the task and sampler behaviour relied on below
@@ -132,8 +129,8 @@ class LmEvalSource:
         for task in self.tasks().values():
             source = (task.config.metadata or {}).get("config_source", "")
             if source and Path(source).is_file():
-                out += _yaml_files(Path(source), set())
-            out += _data_files((task.config.dataset_kwargs or {}).get("data_files"))
+                out += yaml_files(Path(source), set())
+            out += data_files((task.config.dataset_kwargs or {}).get("data_files"))
         return list(dict.fromkeys(out))
 
 
@@ -174,7 +171,7 @@ def _find(src: LmEvalSource) -> tuple[Any, Any]:
     line naming it and the nearest known name. lm-eval's index skips a YAML it cannot parse
     without a word, so a broken YAML in ``include_path`` is named instead: before the
     registry's scan if it mentions the name, else where the name is found nowhere."""
-    broken = _broken_yamls(Path(src.include_path), src.name) if src.include_path else []
+    broken = broken_yamls(Path(src.include_path), src.name) if src.include_path else []
     paths = ([src.include_path] if src.include_path else []) + [None]
     for path in paths:
         manager = _manager(path)
@@ -190,24 +187,6 @@ def _find(src: LmEvalSource) -> tuple[Any, Any]:
     hint = f" (did you mean {near[0]!r}?)" if near else ""
     where = f"{src.include_path} or " if src.include_path else ""
     raise BytecanaryError(f"lm-eval task {src.name!r}: not found in {where}lm-eval's registry{hint}")
-
-
-class _BrokenYaml(NamedTuple):
-    path: Path
-    mentions_task: bool
-    problem: str
-
-
-def _broken_yamls(folder: Path, name: str) -> list[_BrokenYaml]:
-    """Each YAML under ``folder`` that does not parse, those that mention task ``name`` first."""
-    broken = []
-    for path in sorted(folder.rglob("*.yaml")):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        try:
-            yaml.load(text, Loader=_YamlLoader)  # a SafeLoader
-        except yaml.YAMLError as err:
-            broken.append(_BrokenYaml(path, name in text, yaml_problem(err)))
-    return sorted(broken, key=lambda found: not found.mentions_task)
 
 
 def _check_type(name: str, output_type: Any) -> None:
@@ -359,55 +338,3 @@ def _task_items(
     if not out:
         raise BytecanaryError(f"lm-eval task {name!r}: no documents")
     return out
-
-
-class _FunctionRef(str):
-    """A ``!function module.name`` reference in a task YAML."""
-
-
-class _YamlLoader(yaml.SafeLoader):
-    """Reads a task YAML's structure only: ``!function`` references stay text."""
-
-
-_YamlLoader.add_constructor("!function", lambda loader, node: _FunctionRef(loader.construct_scalar(node)))
-
-
-def _values(tree: Any) -> Iterator[Any]:
-    """Every leaf value of a YAML tree."""
-    if isinstance(tree, Mapping):
-        for value in tree.values():
-            yield from _values(value)
-    elif isinstance(tree, list):
-        for value in tree:
-            yield from _values(value)
-    else:
-        yield tree
-
-
-def _yaml_files(path: Path, seen: set[Path]) -> list[Path]:
-    """A task YAML, the YAMLs it includes and the local modules its ``!function``s name."""
-    path = path.resolve()
-    if path in seen:
-        return []
-    seen.add(path)
-    cfg = yaml.load(path.read_text(encoding="utf-8"), Loader=_YamlLoader)  # a SafeLoader
-    out = [path]
-    for value in _values(cfg):
-        if isinstance(value, _FunctionRef):
-            module = path.parent / f"{value.rpartition('.')[0].replace('.', '/')}.py"
-            out += [module] if module.is_file() else []
-    includes = cfg.get("include", []) if isinstance(cfg, dict) else []
-    for include in includes if isinstance(includes, list) else [includes]:
-        out += _yaml_files(path.parent / include, seen)
-    return out
-
-
-def _data_files(spec: Any) -> list[Path]:
-    """The local files a ``data_files`` value (a path or pattern, a list, a split mapping) names."""
-    if isinstance(spec, Mapping):
-        return [f for value in spec.values() for f in _data_files(value)]
-    if isinstance(spec, list):
-        return [f for value in spec for f in _data_files(value)]
-    if isinstance(spec, str):
-        return [Path(f).resolve() for f in sorted(glob.glob(spec, recursive=True)) if Path(f).is_file()]
-    return []
