@@ -279,8 +279,25 @@ def _one_line(where: str) -> Iterator[None]:
     except BytecanaryError:
         raise
     except Exception as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise BytecanaryError(f"{where}: {type(err).__name__}: {first}") from None
+        raise BytecanaryError(f"{where}: {_described(err)}") from None
+
+
+def _described(err: BaseException) -> str:
+    """An error's type and first line, then its root cause's, where a library wrapped one
+    (``datasets``' "An error occurred while generating the dataset" hides what it was)."""
+    root, seen = err, {id(err)}
+    while (inner := root.__cause__ or root.__context__) is not None and id(inner) not in seen:
+        root = inner
+        seen.add(id(root))
+    text = [f"{type(e).__name__}: {_ends(str(e))}" for e in (err, root)]
+    return text[0] if root is err else f"{text[0]} (caused by {text[1]})"
+
+
+def _ends(message: str) -> str:
+    """A message's first line, and its last where it has several (``datasets``' cast errors
+    put the schemas between "Couldn't cast" and "because column names don't match")."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or [""]
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
 
 
 def _recorded_draws(task: Any) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ same tiny model; the letter strategies and McNemar on it; the one-line errors.""
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -397,6 +398,43 @@ def test_an_empty_doc_to_text_scores_the_choices_as_lm_eval_does(
         np.testing.assert_allclose(r["ll"], their_ll, atol=1e-4, rtol=0)
 
 
+def test_a_task_including_a_registry_yaml_with_its_functions_equals_lm_eval(
+    offline, letter_model, letter_tokenizer, tmp_path
+):
+    """The user's YAML includes lm-eval's own xcopa_zh (which includes xcopa_et's, and whose
+    ``doc_to_text``/``doc_to_choice`` are ``!function``s of the registry's utils.py) and
+    points it at local data in XCOPA's schema."""
+    import lm_eval
+
+    registry = Path(lm_eval.__file__).parent / "tasks" / "xcopa"
+    rows = [
+        {"premise": f"{p}。", "choice1": c[0], "choice2": c[1], "question": ("cause", "effect")[i % 2],
+         "label": min(a, 1), "idx": i}
+        for i, (p, _, c, a) in enumerate(ZH)
+    ]  # fmt: skip
+    files = {
+        "validation": _jsonl(tmp_path / "va.jsonl", rows[:3]),
+        "test": _jsonl(tmp_path / "te.jsonl", rows[3:]),
+    }
+    task = {"include": str(registry / "default_zh.yaml"), "task": "my_xcopa_zh", "dataset_path": "json",
+            "dataset_name": None, "dataset_kwargs": {"data_files": files},
+            "metadata": {"version": 1.0, "language": "zh"}}  # fmt: skip
+    (tmp_path / "my_xcopa_zh.yaml").write_text(yaml.safe_dump(task, allow_unicode=True), encoding="utf-8")
+    records = tmp_path / "items.jsonl"
+    entry = {"name": "my_xcopa_zh", "source": "lm_eval", "include_path": str(tmp_path)}
+    probe = get_probe("mcqa", tasks=[entry], embedded_per_language=0, nonsense_per_language=0,
+                      protocols=["cloze"], records=str(records))  # fmt: skip
+    assert {registry / "utils.py", registry / "default_et.yaml"} <= set(probe.eval_files(None))
+    views = probe.prepare(letter_tokenizer, None)
+    probe.aggregate(views, [probe.compute(letter_model, letter_tokenizer, views)], NO_CONTEXT)
+    theirs, _ = _lm_eval_samples(letter_model, letter_tokenizer, tmp_path, ["my_xcopa_zh"])
+    lines = [json.loads(x) for x in records.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 6 and views[0].item.context.endswith(("因为", "所以"))  # the registry's connectors
+    for r in lines:
+        their_ll = [float(resp[0]) for resp in theirs["my_xcopa_zh"][r["doc_id"]]["filtered_resps"]]
+        np.testing.assert_allclose(r["ll"], their_ll, atol=1e-4, rtol=0)
+
+
 def test_a_template_failing_on_a_later_document_is_one_line_naming_it(offline, tmp_path):
     root = _write_tasks(tmp_path)
     template = root / "_template_yaml"
@@ -407,6 +445,29 @@ def test_a_template_failing_on_a_later_document_is_one_line_naming_it(offline, t
     with pytest.raises(BytecanaryError) as excinfo:
         probe.validate(None)
     assert _one_line(excinfo) == "lm-eval task 'mc_zh' doc 5: UndefinedError: 'nothing' is undefined"
+
+
+def test_splits_whose_columns_differ_are_one_line_naming_the_cause(offline, tmp_path):
+    train = _jsonl(tmp_path / "tr.jsonl", [{"q": "a", "choices": ["x", "y"], "label": 0}])
+    test = _jsonl(tmp_path / "te.jsonl", [{"q": "a", "options": ["x", "y"], "label": 0}])
+    task = {
+        **TEMPLATE,
+        "task": "cols",
+        "num_fewshot": 0,
+        "doc_to_text": "{{q}}",
+        "doc_to_choice": "{{options}}",
+        "dataset_kwargs": {"data_files": {"train": train, "test": test}},
+        "metadata": {"version": 1.0, "language": "en"},
+    }
+    (tmp_path / "cols.yaml").write_text(yaml.safe_dump(task), encoding="utf-8")
+    entry = {"name": "cols", "source": "lm_eval", "include_path": str(tmp_path)}
+    probe = get_probe("mcqa", tasks=[entry], embedded_per_language=0, nonsense_per_language=0)
+    with pytest.raises(BytecanaryError) as excinfo:
+        probe.validate(None)
+    assert _one_line(excinfo) == (
+        "lm-eval task 'cols': cannot load: DatasetGenerationError: An error occurred while generating the "
+        "dataset (caused by CastError: Couldn't cast ... because column names don't match)"
+    )
 
 
 def test_each_document_is_built_once_per_probe(offline, lm_eval_tasks, letter_tokenizer, monkeypatch):
