@@ -108,7 +108,8 @@ def task_metrics(
         return metrics.letter_metrics(lls, rows_answers)
 
     out = TaskMetrics()
-    for p in per_view:
+    present = [p for p in per_view if p in views[base[0]].encodings]  # a multiple-input task: cloze
+    for p in present:
         out.protocols[p] = scored(p, base)
         if permutations:
             accs = [scored(p, rows)["acc"] for rows in by_rotation.values()]
@@ -121,7 +122,7 @@ def task_metrics(
         for m in out.protocols.values():
             m["chance_gap"] = m["acc"] - chance
             m["chance_distance"] = abs(m["chance_gap"])
-    if {keys.SEPARATE, keys.MERGED} <= set(per_view):
+    if {keys.SEPARATE, keys.MERGED} <= set(present):
         a = metrics.letter_correct([per_view[keys.SEPARATE][i] for i in base], answers)
         b = metrics.letter_correct([per_view[keys.MERGED][i] for i in base], answers)
         out.task["mcnemar_p"] = stats.mcnemar_exact(a, b)

@@ -52,15 +52,14 @@ def write_item_records(
                 item.update(source="lm_eval", task_version=v.item.task_version, doc_id=v.item.doc_id)
             rows = []
             for p, lls in per_view.items():
+                if p not in v.encodings:  # a protocol that does not apply to the task
+                    continue
                 prompt_ids, conts = v.encodings[p]
-                rows.append(
-                    {
-                        "protocol": p,
-                        "ll": lls[i].tolist(),
-                        "continuation_ids": conts,
-                        "prompt_tail_ids": prompt_ids[-3:],
-                    }
-                )
+                row = {"protocol": p, "ll": lls[i].tolist(), "continuation_ids": conts}
+                row["prompt_tail_ids"] = prompt_ids[-3:]
+                if p in v.choice_prompts:  # the choices are contexts: each its own prompt
+                    row["choice_prompt_tail_ids"] = [own[-3:] for own in v.choice_prompts[p]]
+                rows.append(row)
             for j, p in enumerate(generated if v.prompts else []):
                 g = graded.by_protocol[p]
                 row = {

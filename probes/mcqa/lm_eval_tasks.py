@@ -9,7 +9,9 @@ whole context (description, the few-shot documents its sampler draws with lm-eva
 default seed, the document's text), which makes cloze ``acc``/``acc_norm`` those of
 ``lm_eval --tasks <task>`` item for item. The letter protocols show the document's text
 with its choices labelled A, B, C, ... after the same few-shot documents, answered; the
-probe's ``shots`` does not apply (the task's ``num_fewshot`` does).
+probe's ``shots`` does not apply (the task's ``num_fewshot`` does). A multiple-input task
+(Winogrande: the choices are contexts, ``doc_to_text`` the gold's index) is cloze only:
+``target_delimiter + target`` after each choice's context, as lm-eval scores it.
 
 A task's language is its YAML's ``metadata: {language: ...}``, else a ``dataset_name``
 that is a language code bytecanary knows (xcopa_zh's ``zh``), else the ``language`` given
@@ -50,6 +52,10 @@ class LmEvalItem(McqaItem):
     special_tokens: bool | None = None
     """Its prompts' special tokens (BOS): None as lm-eval does, True/False forced (the entry's
     ``add_special_tokens``)."""
+    contexts: tuple[str, ...] = ()
+    """A multiple-input task's (Winogrande's): one context per choice, which cloze scores
+    ``target`` after; empty for every other task."""
+    target: str = ""
 
 
 def require_lm_eval(where: str) -> None:
@@ -216,11 +222,6 @@ def _build(src: LmEvalSource) -> dict[str, Any]:
                 f"lm-eval task {name!r}: a Python task class ({type(task).__name__}), not a YAML task"
             )
         _check_type(name, task.config.output_type)
-        if task.multiple_input:
-            raise BytecanaryError(
-                f"lm-eval task {name!r}: its choices are contexts (doc_to_text gives a choice index, as "
-                "in Winogrande); the mcqa probe scores choices after one shared prompt"
-            )
     return tasks
 
 
@@ -268,6 +269,21 @@ def _fields(task: Any, doc: Mapping[str, Any], fewshot: Any, where: str) -> dict
     if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(choices):
         raise BytecanaryError(f"{where}: doc_to_target gives {gold!r}, not one of its {len(choices)} choices")
     return {"question": question, "choices": tuple(choices), "answer": answer}
+
+
+def _multiple_input_fields(task: Any, doc: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A multiple-input document as lm-eval reads it (Winogrande): its choices are the
+    contexts, ``doc_to_text`` the gold's index, ``doc_to_target`` the continuation they share."""
+    choices, gold, target = task.doc_to_choice(doc), task.doc_to_text(doc), task.doc_to_target(doc)
+    if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
+        raise BytecanaryError(f"{where}: doc_to_choice gives {choices!r}, not a list of two or more texts")
+    if isinstance(gold, bool) or not isinstance(gold, int) or not 0 <= gold < len(choices):
+        raise BytecanaryError(f"{where}: doc_to_text gives {gold!r}, not one of its {len(choices)} choices")
+    if not isinstance(target, str) or not target:
+        raise BytecanaryError(
+            f"{where}: doc_to_target gives {target!r}, not the continuation the choices share"
+        )
+    return {"question": "", "choices": tuple(choices), "answer": gold, "target": target}
 
 
 @contextlib.contextmanager
@@ -338,18 +354,20 @@ def _task_items(
         where = f"lm-eval task {name!r} doc {doc_id}"
         with _one_line(where):
             context = task.fewshot_context(doc=doc, num_fewshot=shots, gen_prefix=task.doc_to_prefix(doc))
+            many = bool(task.multiple_input)  # a list of contexts, one per choice
             item = LmEvalItem(
                 **common,
-                **_fields(task, doc, None, where),
+                **(_multiple_input_fields(task, doc, where) if many else _fields(task, doc, None, where)),
                 item_id=str(doc_id),
-                context=context,
+                context="" if many else context,
+                contexts=tuple(context) if many else (),
                 doc_id=doc_id,
                 task_version=task.VERSION,
                 special_tokens=special_tokens,
             )
             examples = tuple(
                 McqaItem(**common, **_fields(task, d, task.fewshot_cfg, f"{where}, a few-shot document"))
-                for d in drawn
+                for d in ([] if many else drawn)
             )
         out.append((item, examples))
     if not out:

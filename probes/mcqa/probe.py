@@ -30,6 +30,7 @@ and grading), ``aggregate`` (metrics), ``item_records`` (per-item lines).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,8 @@ import numpy as np
 from bytecanary.data import wordcomp
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.errors import BytecanaryError
-from bytecanary.keys import GENERATED_PROTOCOLS, MCQA_PROTOCOLS, SCORED_PROTOCOLS
+from bytecanary.io import warn
+from bytecanary.keys import CLOZE, GENERATED_PROTOCOLS, MCQA_PROTOCOLS, SCORED_PROTOCOLS
 from bytecanary.probes.common import (
     DEFAULT_DATA_DIR,
     Checked,
@@ -58,7 +60,7 @@ from bytecanary.probes.mcqa.aggregate import mcqa_metrics
 from bytecanary.probes.mcqa.dashed import Matcher
 from bytecanary.probes.mcqa.generation import Answering, generate_answers, grade
 from bytecanary.probes.mcqa.item_records import write_item_records
-from bytecanary.probes.mcqa.lm_eval_tasks import LmEvalSource, task_source
+from bytecanary.probes.mcqa.lm_eval_tasks import LmEvalItem, LmEvalSource, task_source
 from bytecanary.probes.mcqa.prompts import labels
 from bytecanary.probes.mcqa.scoring import score_continuations
 from bytecanary.probes.mcqa.tasks import (
@@ -162,22 +164,28 @@ class McqaConfig(McqaItems, McqaProtocols, McqaGeneration, Sizes, PerSample):
 
 
 def fit_rows(
-    views: list[tuple[list[int], list[list[int]]]], n_ctx: int
+    views: Sequence[View], protocol: str, n_ctx: int
 ) -> tuple[list[list[int]], list[list[list[int]]], list[tuple[int, int]]]:
-    """Scoring rows of (prompt, continuations), each with its (view, first choice): a view
-    whose prompt and longest choice fit the context (``n_ctx``; 0: no limit) is one row over
-    the shared prompt; one that does not is a row per choice, its prompt cut as lm-eval cuts
-    each request's, ``(prompt + choice)[-(n_ctx + 1):][:-1]``: the prompt's end, the question
-    and "Answer:", with as much before it as that choice leaves room for."""
+    """Scoring rows of (prompt, continuations) for ``protocol``, each with its (view, first
+    choice); views without the protocol have none. A view whose prompt and longest choice fit
+    the context (``n_ctx``; 0: no limit) is one row over the shared prompt; one that does
+    not, or whose choices have prompts of their own (``View.choice_prompts``), is a row per
+    choice, its prompt cut as lm-eval cuts each request's, ``(prompt + choice)[-(n_ctx +
+    1):][:-1]``: the prompt's end, with as much before it as that choice leaves room for."""
     prompts, conts, owners = [], [], []
-    for row, (prompt, choices) in enumerate(views):
-        if not n_ctx or len(prompt) + max(map(len, choices)) - 1 <= n_ctx:
+    for row, view in enumerate(views):
+        if protocol not in view.encodings:
+            continue
+        prompt, choices = view.encodings[protocol]
+        own = view.choice_prompts.get(protocol)
+        if own is None and (not n_ctx or len(prompt) + max(map(len, choices)) - 1 <= n_ctx):
             prompts.append(prompt)
             conts.append(choices)
             owners.append((row, 0))
             continue
         for k, choice in enumerate(choices):
-            prompts.append(prompt[-max(1, n_ctx + 1 - len(choice)) :])
+            full = own[k] if own is not None else prompt
+            prompts.append(full[-max(1, n_ctx + 1 - len(choice)) :] if n_ctx else full)
             conts.append([choice])
             owners.append((row, k))
     return prompts, conts, owners
@@ -246,7 +254,15 @@ class McqaProbe(Probe):
         loads. Per-item records join by (task, item id), so an id twice in a task is refused:
         ``load_task`` names the rows of one source; here two sources making one task."""
         seen: set[tuple[str, str]] = set()
-        for item, _ in self._items(data_dir):
+        items = self._items(data_dir)
+        left_out = [p for p in self.protocols if p != CLOZE]
+        for task in sorted({i.task for i, _ in items if isinstance(i, LmEvalItem) and i.contexts}):
+            if left_out:
+                warn(
+                    f"mcqa: lm-eval task {task!r}: its choices are contexts (multiple input, as Winogrande), "
+                    f"so only cloze applies; left out for it: {', '.join(left_out)}"
+                )
+        for item, _ in items:
             if (item.task, item.item_id) in seen:
                 makers = [s.name for s in self.sources if item.task in (s.name, f"{s.name}_{item.language}")]
                 whose = f"tasks {makers[0]!r} and {makers[1]!r} both make" if len(makers) > 1 else "in"
@@ -302,8 +318,7 @@ class McqaProbe(Probe):
         out: dict[str, np.ndarray] = {"index": idx}
         n_ctx = context_size(model)
         for protocol in self.scored:
-            views = [prepared[i].encodings[protocol] for i in idx]
-            prompts, conts, owners = fit_rows(views, n_ctx)
+            prompts, conts, owners = fit_rows([prepared[i] for i in idx], protocol, n_ctx)
             lls = score_continuations(model, prompts, conts, pad, cfg.batch_size)
             table = np.full((len(idx), width), np.nan)
             for (row, first), ll in zip(owners, lls, strict=True):

@@ -55,7 +55,10 @@ def render(item: McqaItem, label_format: str = "A.", shots: tuple[McqaItem, ...]
 
 
 def rotate(item: McqaItem, r: int) -> McqaItem:
-    """Options moved ``r`` places (cyclically), the answer following its option."""
+    """Options moved ``r`` places (cyclically), the answer following its option (and, where
+    the choices are contexts, their contexts with them)."""
     n = len(item.choices)
-    choices = tuple(item.choices[(i - r) % n] for i in range(n))
-    return replace(item, choices=choices, answer=(item.answer + r) % n)
+    moved = {"choices": tuple(item.choices[(i - r) % n] for i in range(n))}
+    if getattr(item, "contexts", ()):
+        moved["contexts"] = tuple(item.contexts[(i - r) % n] for i in range(n))
+    return replace(item, **moved, answer=(item.answer + r) % n)

@@ -37,6 +37,9 @@ class View:
     rotation: int
     encodings: dict[str, tuple[list[int], list[list[int]]]]  # protocol -> (prompt ids, continuations)
     prompts: dict[str, list[int]] = field(default_factory=dict)  # generative protocol -> prompt ids
+    choice_prompts: dict[str, list[list[int]]] = field(default_factory=dict)
+    """Protocol -> one prompt per choice, where the choices are contexts (a multiple-input
+    task's cloze); the ``encodings`` prompt is then what they share, for the records."""
 
 
 def cloze_encoding(tokenizer: Any, item: McqaItem, special: bool | None) -> tuple[list[int], list[list[int]]]:
@@ -61,6 +64,26 @@ def cloze_encoding(tokenizer: Any, item: McqaItem, special: bool | None) -> tupl
         while whole[:shared] != wholes[0][:shared]:
             shared -= 1
     return wholes[0][:shared], [whole[shared:] for whole in wholes]
+
+
+def multiple_input_encoding(
+    tokenizer: Any, item: LmEvalItem, special: bool | None
+) -> tuple[list[list[int]], list[list[int]]]:
+    """(one prompt per choice, one continuation per choice) of a multiple-input item, as
+    lm-eval encodes its requests: ``target_delimiter + target`` after each choice's context."""
+    try:
+        pairs = [lm_eval_pair(tokenizer, c, f"{item.delimiter}{item.target}", special) for c in item.contexts]
+    except BytecanaryError as err:
+        raise BytecanaryError(f"lm-eval task {item.task!r} doc {item.doc_id}: {err}") from None
+    return [prompt for prompt, _ in pairs], [cont for _, cont in pairs]
+
+
+def shared_prefix(rows: Sequence[list[int]]) -> list[int]:
+    """The ids every row begins with."""
+    n = min(map(len, rows))
+    for row in rows:
+        n = next((i for i in range(n) if row[i] != rows[0][i]), n)
+    return rows[0][:n]
 
 
 def view_tokens(view: View) -> int:
@@ -120,6 +143,9 @@ def build_views(
         generative = generated if generative_limit is None or seen[item.task] <= generative_limit else []
         for r in range(len(item.choices) if permutations else 1):
             shown = rotate(item, r)
+            if isinstance(shown, LmEvalItem) and shown.contexts:
+                views.append(_multiple_input_view(tokenizer, shown, r, scored))
+                continue
             prompt = render(shown, label_format, shots)
             enc = scored_encodings(tokenizer, codec, shown, prompt, label_format, scored)
             gen = {
@@ -128,3 +154,13 @@ def build_views(
             }
             views.append(View(shown, r, enc, gen))
     return views
+
+
+def _multiple_input_view(tokenizer: Any, item: LmEvalItem, rotation: int, scored: Sequence[str]) -> View:
+    """A multiple-input item's view: cloze only, each choice's context its own prompt. The
+    letter and generative protocols do not apply: the document has no question to label
+    choices under (the probe says so once, ``McqaProbe.validate``)."""
+    if keys.CLOZE not in scored:
+        return View(item, rotation, {})
+    prompts, conts = multiple_input_encoding(tokenizer, item, item.special_tokens)
+    return View(item, rotation, {keys.CLOZE: (shared_prefix(prompts), conts)}, {}, {keys.CLOZE: prompts})

@@ -435,6 +435,62 @@ def test_a_task_including_a_registry_yaml_with_its_functions_equals_lm_eval(
         np.testing.assert_allclose(r["ll"], their_ll, atol=1e-4, rtol=0)
 
 
+WINO = [  # sentence with a blank, the two fill-ins, the gold ("1" or "2"), as Winogrande's rows
+    ("猫追狗，因为_很饿。", "猫", "狗", "1"),
+    ("水比油重，所以_沉下去。", "油", "水", "2"),
+    ("书在桌上，_很旧。", "书", "桌子", "1"),
+    ("鱼离开了水，_很快就死了。", "水", "鱼", "2"),
+    ("雨停了，_出来了。", "太阳", "雨", "1"),
+    ("花比草高，_更显眼。", "草", "花", "2"),
+    ("车撞了树，_坏了。", "车", "树", "1"),
+    ("山比河高，_更难爬。", "河", "山", "2"),
+]
+
+
+def test_a_multiple_input_task_scores_its_contexts_as_lm_eval_does(
+    offline, letter_model, letter_tokenizer, tmp_path, capsys
+):
+    """Winogrande's form, from lm-eval's own YAML and functions, 2-shot on local data: each
+    choice is a context, the continuation after the blank is shared, the gold is doc_to_text's
+    index. Cloze equals lm-eval per document; the letter protocols are left out for it."""
+    import lm_eval
+
+    rows = [{"sentence": t, "option1": a, "option2": b, "answer": g} for t, a, b, g in WINO]
+    files = {
+        "train": _jsonl(tmp_path / "tr.jsonl", rows[:3]),
+        "validation": _jsonl(tmp_path / "va.jsonl", rows[3:]),
+    }
+    task = {"include": str(Path(lm_eval.__file__).parent / "tasks" / "winogrande" / "default.yaml"),
+            "task": "my_wino", "dataset_path": "json", "dataset_name": None, "num_fewshot": 2,
+            "dataset_kwargs": {"data_files": files},
+            "metadata": {"version": 1.0, "language": "zh"}}  # fmt: skip
+    (tmp_path / "my_wino.yaml").write_text(yaml.safe_dump(task, allow_unicode=True), encoding="utf-8")
+    records = tmp_path / "items.jsonl"
+    entry = {"name": "my_wino", "source": "lm_eval", "include_path": str(tmp_path)}
+    probe = get_probe("mcqa", tasks=[entry], embedded_per_language=0, nonsense_per_language=0,
+                      protocols=["cloze", "letter_merged", "dashed"], records=str(records))  # fmt: skip
+    probe.validate(None)
+    assert "'my_wino': its choices are contexts" in capsys.readouterr().err
+    views = probe.prepare(letter_tokenizer, None)
+    got = probe.aggregate(views, [probe.compute(letter_model, letter_tokenizer, views)], NO_CONTEXT)
+    theirs, results = _lm_eval_samples(letter_model, letter_tokenizer, tmp_path, ["my_wino"])
+    lines = [json.loads(x) for x in records.read_text(encoding="utf-8").splitlines()]
+    assert {r["protocol"] for r in lines} == {"cloze"} and len(lines) == 5
+    for r in lines:
+        sample = theirs["my_wino"][r["doc_id"]]
+        assert (
+            r["answer"] == {"1": 0, "2": 1}[sample["doc"]["answer"]] and len(r["choice_prompt_tail_ids"]) == 2
+        )
+        their_ll = [float(resp[0]) for resp in sample["filtered_resps"]]
+        np.testing.assert_allclose(r["ll"], their_ll, atol=1e-4, rtol=0)
+        assert_clear_argmax(their_ll)
+        assert float(np.argmax(r["ll"]) == r["answer"]) == sample["acc"]
+    assert got["probe/mcqa/my_wino/cloze/acc"] == pytest.approx(results["results"]["my_wino"]["acc,none"])
+    assert not any("letter" in k or "dashed" in k for k in got)
+    item = views[0].item  # two few-shot documents before each context, the blank's tail after
+    assert all(c.count("\n\n") == 2 for c in item.contexts) and item.target.endswith("。")
+
+
 def test_a_template_failing_on_a_later_document_is_one_line_naming_it(offline, tmp_path):
     root = _write_tasks(tmp_path)
     template = root / "_template_yaml"
