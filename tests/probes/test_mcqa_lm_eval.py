@@ -394,8 +394,16 @@ def test_an_empty_doc_to_text_scores_the_choices_as_lm_eval_does(
     cloze = [r for r in cloze if r["protocol"] == "cloze"]
     assert len(cloze) == 6 and all(v.encodings["cloze"][0] == [letter_tokenizer.bos_token_id] for v in views)
     for r in cloze:
-        their_ll = [float(resp[0]) for resp in theirs["pawsish"][r["doc_id"]]["filtered_resps"]]
+        sample = theirs["pawsish"][r["doc_id"]]
+        their_ll = [float(resp[0]) for resp in sample["filtered_resps"]]
         np.testing.assert_allclose(r["ll"], their_ll, atol=1e-4, rtol=0)
+        by_chars = np.array(r["ll"]) / [len(c) for c in r["choices"]]
+        assert_clear_argmax(their_ll)
+        assert_clear_argmax(by_chars)
+        assert (float(np.argmax(r["ll"]) == r["answer"]), float(np.argmax(by_chars) == r["answer"])) == (
+            sample["acc"],
+            sample["acc_norm"],
+        )
 
 
 def test_a_task_including_a_registry_yaml_with_its_functions_equals_lm_eval(
@@ -431,8 +439,11 @@ def test_a_task_including_a_registry_yaml_with_its_functions_equals_lm_eval(
     lines = [json.loads(x) for x in records.read_text(encoding="utf-8").splitlines()]
     assert len(lines) == 6 and views[0].item.context.endswith(("因为", "所以"))  # the registry's connectors
     for r in lines:
-        their_ll = [float(resp[0]) for resp in theirs["my_xcopa_zh"][r["doc_id"]]["filtered_resps"]]
+        sample = theirs["my_xcopa_zh"][r["doc_id"]]
+        their_ll = [float(resp[0]) for resp in sample["filtered_resps"]]
         np.testing.assert_allclose(r["ll"], their_ll, atol=1e-4, rtol=0)
+        assert_clear_argmax(their_ll)
+        assert float(np.argmax(r["ll"]) == r["answer"]) == sample["acc"]  # xcopa's only metric
 
 
 WINO = [  # sentence with a blank, the two fill-ins, the gold ("1" or "2"), as Winogrande's rows
