@@ -8,6 +8,7 @@ remote code; anything unreadable is one ``BytecanaryError`` naming it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Iterator
@@ -88,6 +89,12 @@ def resolve(paths: list[str], revisions: list[str] | None = None) -> list[Target
     targets: list[Target] = []
     for raw in paths:
         path = Path(raw)
+        if revisions and path.is_dir():  # transformers reads a local folder as checked out
+            raise BytecanaryError(
+                f"{raw}: --revision names branches or tags of a hub model, but {raw} is a local folder, "
+                "whose files load as they are checked out; check each revision out into a folder of "
+                "its own and give those folders"
+            )
         if revisions:
             targets += [Target(f"{raw}@{rev}", raw, "hf", rev) for rev in revisions]
         elif path.is_file() and path.suffix in (WEIGHTS, STATE):
@@ -167,25 +174,53 @@ class Loader:
 
 
 def _load_hf(target: Target) -> tuple[Any, Any]:
-    from safetensors import SafetensorError
+    """An HF model and its tokenizer, the tokenizer first and checked for byte tokens, so an
+    unsupported one is refused before the model loads; weights that leave parameters of the
+    architecture missing, or hold ones it lacks, are refused rather than probed as random."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bytecanary.bytecodec import ByteCodec
 
     folder = Path(target.path)
     if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
         # transformers would quietly fall back to a tokenizer of the model type
         wanted = " or ".join(TOKENIZER_FILES[:2])
         raise BytecanaryError(f"{target.path}: no tokenizer beside the model (no {wanted})")
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            target.path, revision=target.revision, trust_remote_code=False
-        )
+    with _one_line(f"{target.key}: cannot load the tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(
             target.path, revision=target.revision, trust_remote_code=False
         )
-    except (OSError, ValueError, SafetensorError) as err:  # SafetensorError: a truncated weights file
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise BytecanaryError(f"{target.key}: cannot load the model: {first}") from None
+    try:
+        ByteCodec.from_tokenizer(tokenizer)
+    except ValueError as err:  # UnsupportedTokenizerError: no complete set of byte tokens
+        raise BytecanaryError(f"{target.key}: {err}") from None
+    with _one_line(f"{target.key}: cannot load the model"):
+        model, info = AutoModelForCausalLM.from_pretrained(
+            target.path, revision=target.revision, trust_remote_code=False, output_loading_info=True
+        )
+    for what, names in (("missing from", "missing_keys"), ("unknown to", "unexpected_keys")):
+        found = sorted(info.get(names) or ())
+        if found:
+            first = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+            raise BytecanaryError(
+                f"{target.key}: {len(found)} weights {what} the checkpoint's files for its architecture "
+                f"({type(model).__name__}): {first}; it would be probed as a random model"
+            )
     return model.eval(), tokenizer
+
+
+@contextlib.contextmanager
+def _one_line(where: str) -> Iterator[None]:
+    """What transformers, safetensors or torch raise while loading (a missing or truncated
+    file, shapes that do not match the config, a pickle ``weights_only`` refuses) as one
+    line naming the checkpoint."""
+    try:
+        yield
+    except BytecanaryError:
+        raise
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise BytecanaryError(f"{where}: {first}") from None
 
 
 def watch_target(path: str | Path) -> Path:

@@ -25,13 +25,16 @@ def command(*args: str, prelude: str = "") -> list[str]:
     return [sys.executable, "-c", code, *map(str, args)]
 
 
-def bytecanary(*args: str, prelude: str = "", preexec=None) -> subprocess.CompletedProcess:
+def bytecanary(
+    *args: str, prelude: str = "", preexec=None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``bytecanary ARGS`` in a process of its own (``env``: variables added to ours)."""
     return subprocess.run(
         command(*args, prelude=prelude),
         cwd=ROOT,
         capture_output=True,
         text=True,
-        env={**os.environ, **QUIET},
+        env={**os.environ, **QUIET, **(env or {})},
         preexec_fn=preexec,
     )
 

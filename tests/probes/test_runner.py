@@ -20,6 +20,7 @@ from bytecanary.report.writer import probe_ratio_lines
 from bytecanary.train.export import export
 
 from ..conftest import MICRO, run_train
+from ..faults.conftest import bytecanary
 from .conftest import LEVEL0
 
 
@@ -133,18 +134,32 @@ def test_a_changed_parameter_or_eval_set_redoes_that_probe_only(hf_model, tmp_pa
 
 
 @pytest.mark.slow
-def test_exported_model_and_revision_series(trained_run, tmp_path):
+def test_exported_model_and_revision_series(trained_run, small_data, tmp_path):
     hf = export(trained_run / "checkpoints" / "step0000008.safetensors", tmp_path / "hf")
     out = tmp_path / "p.jsonl"
     assert _probe(str(hf), "--probes", "level0", "--out", str(out)) == 0
     (row,) = read_records(out)
     assert row.step == 8 and row.tokens_seen == 8 * 8 * 32 and row.checkpoint == str(hf.resolve())
-    # a Pythia-style series: the model id is loaded at each revision (a local folder here)
+    # a Pythia-style series: a model id loaded at each revision, from the hub cache's layout
+    # (a snapshot per commit, refs/<branch> naming it), offline, as a user with a cache has it
+    cache = tmp_path / "hub"
+    repo = cache / "models--bc--tiny"
+    for rev, step in (("step1000", 4), ("step2000", 8)):
+        commit = f"{step:040d}"
+        export(trained_run / "checkpoints" / f"step{step:07d}.safetensors", repo / "snapshots" / commit)
+        (repo / "snapshots" / commit / "bytecanary.json").unlink()  # a hub model has none
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / rev).write_text(commit, encoding="utf-8")
     series = tmp_path / "series.jsonl"
-    assert _probe(str(hf), "--revision", "step1000,step2000", "--probes", "level0", "--out", str(series)) == 0
+    level0 = str(small_data / "evalsets" / "level0_zh.json")
+    done = bytecanary("probe", "bc/tiny", "--revision", "step1000,step2000", "--probes", "level0",
+                      "--level0-set", level0, "--trial", "--no-wandb", "--out", str(series),
+                      env={"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
     rows = read_records(series)
-    assert [r.checkpoint for r in rows] == [f"{hf}@step1000", f"{hf}@step2000"]
-    assert [r.step for r in rows] == [8, 8]  # bytecanary.json beats the revision name
+    assert [r.checkpoint for r in rows] == ["bc/tiny@step1000", "bc/tiny@step2000"]
+    assert [r.step for r in rows] == [1000, 2000]  # from the revision's name
+    assert rows[0].metrics != rows[1].metrics  # each revision's own weights
 
 
 def test_gpt2_byte_level_model_from_any_folder(gpt2_tokenizer, eval_dir, tmp_path):
