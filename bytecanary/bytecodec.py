@@ -12,7 +12,7 @@ Special tokens (eos, pad, ...) contribute no bytes.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -55,12 +55,12 @@ class ByteCodec:
     adds_leading_space: bool  # encoding "a" yields the bytes " a" (Metaspace prepend)
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Any, vocab_size: int | None = None) -> ByteCodec:
-        """Build the codec of a ``transformers`` tokenizer; ``vocab_size`` may exceed the
-        tokenizer's (a model with a padded embedding) and those ids decode to b""."""
+    def from_tokenizer(cls, tokenizer: Any) -> ByteCodec:
+        """Build the codec of a ``transformers`` tokenizer (``padded``: over a model's larger
+        embedding)."""
         vocab: dict[str, int] = tokenizer.get_vocab()
         family, byte_ids = _detect_family(vocab, getattr(tokenizer, "name_or_path", "tokenizer"))
-        size = max(len(tokenizer), max(vocab.values()) + 1, vocab_size or 0)
+        size = max(len(tokenizer), max(vocab.values()) + 1)
         special = set(tokenizer.all_special_ids)
         id_bytes = [b""] * size
         for token, i in vocab.items():
@@ -76,6 +76,20 @@ class ByteCodec:
         probe = tokenizer.encode("a", add_special_tokens=False)
         leading = b"".join(id_bytes[i] for i in probe) == b" a"
         return cls(family, id_bytes, table, lengths, byte_ids, is_byte, leading)
+
+    def padded(self, size: int) -> ByteCodec:
+        """This codec over ``size`` ids: the ids beyond the tokenizer's (a model's padded
+        embedding, which an early checkpoint may emit) are tokens with no bytes."""
+        extra = size - len(self.id_bytes)
+        if extra <= 0:
+            return self
+        return replace(
+            self,
+            id_bytes=self.id_bytes + [b""] * extra,
+            table=np.vstack([self.table, np.full((extra, self.table.shape[1]), PAD, self.table.dtype)]),
+            lengths=np.concatenate([self.lengths, np.zeros(extra, self.lengths.dtype)]),
+            is_byte_token=np.concatenate([self.is_byte_token, np.zeros(extra, dtype=bool)]),
+        )
 
     def decode(self, ids: Iterable[int]) -> bytes:
         """Bytes of a token sequence (no cleanup, no replacement of invalid UTF-8)."""

@@ -124,6 +124,11 @@ def context_size(model: Any) -> int:
     return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None) or 0
 
 
+def output_size(model: Any) -> int:
+    """The ids the model's head scores: the tokenizer's, or more where the embedding is padded."""
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
 def pad_id(tokenizer: Any) -> int:
     """The padding id: the tokenizer's own, else eos (masked out either way), else 0."""
     for token_id in (tokenizer.pad_token_id, tokenizer.eos_token_id):

@@ -48,6 +48,7 @@ from bytecanary.probes.common import (
     context_size,
     eval_set_files,
     merge_shards,
+    output_size,
     pad_id,
     shard_indices,
     within,
@@ -223,7 +224,7 @@ def decode_and_score(
     golds = [list(s.gold_ids) for s in samples]
     decoding = Decoding(config.max_new_tokens, prep.eos_id, prep.pad_id, config.batch_size, config.sampling)
     gen = generate(model, prompts, decoding, golds, classes=_vocab_rows(prep.classes, model))
-    codec = prep.codec
+    codec = prep.codec.padded(output_size(model))  # ids past the tokenizer's: no bytes
     steps = np.arange(gen.tokens.shape[1])
     live_NT = steps[None, :] < gen.lengths[:, None]  # generated before (and including) the end
     chunks = []
@@ -263,7 +264,7 @@ def decode_and_score(
 def _vocab_rows(classes: np.ndarray, model: Any) -> np.ndarray:
     """``classes`` with a row per id of the model's output layer: ids beyond the tokenizer's
     (a padded embedding) belong to no class."""
-    n_vocab = model.get_output_embeddings().weight.shape[0]
+    n_vocab = output_size(model)
     if n_vocab <= len(classes):
         return classes[:n_vocab]
     return np.concatenate([classes, np.zeros((n_vocab - len(classes), classes.shape[1]), classes.dtype)])

@@ -73,9 +73,13 @@ def test_chunk_is_an_array_lookup_that_feeds_the_scorer(any_tokenizer):
 
 
 def test_padded_model_vocabulary_decodes_extra_ids_to_nothing(byte_fallback_tokenizer):
-    codec = ByteCodec.from_tokenizer(byte_fallback_tokenizer, vocab_size=len(byte_fallback_tokenizer) + 7)
+    codec = ByteCodec.from_tokenizer(byte_fallback_tokenizer).padded(len(byte_fallback_tokenizer) + 7)
     assert len(codec.id_bytes) == len(byte_fallback_tokenizer) + 7
     assert codec.decode([len(byte_fallback_tokenizer) + 3]) == b""
+    extra = np.array([len(byte_fallback_tokenizer) + 6])
+    chunk, lengths = codec.chunk(extra)
+    assert lengths.tolist() == [0] and not codec.is_byte_token[extra].any() and chunk.shape[0] == 1
+    assert codec.padded(10) is codec  # never smaller than the tokenizer
 
 
 def test_unsupported_tokenizer_names_the_missing_byte_tokens():

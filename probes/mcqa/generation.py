@@ -47,7 +47,7 @@ import numpy as np
 
 from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
-from bytecanary.probes.common import context_size, pad_id
+from bytecanary.probes.common import context_size, output_size, pad_id
 from bytecanary.probes.engine import Decoding, Sampling, cut_at_stop, generate
 from bytecanary.probes.mcqa import dashed, wrappers
 from bytecanary.probes.mcqa.dashed import Matcher, extract
@@ -68,7 +68,7 @@ class Answering:
 def generate_answers(model: Any, tokenizer: Any, views: Sequence[View], answering: Answering) -> np.ndarray:
     """(views, protocols, samplings) decoded text; "" where a view has no prompt (rotated
     views, items past the generative limit). ``views`` are this rank's, batch by batch."""
-    codec, pad = ByteCodec.from_tokenizer(tokenizer), pad_id(tokenizer)
+    codec, pad = ByteCodec.from_tokenizer(tokenizer).padded(output_size(model)), pad_id(tokenizer)
     n_ctx, max_new_tokens, protocols = context_size(model), answering.max_new_tokens, answering.protocols
     keep = max(1, n_ctx - max_new_tokens) if n_ctx else None
     texts = np.full((len(views), len(protocols), len(answering.samplings)), "", dtype=object)

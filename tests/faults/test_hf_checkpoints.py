@@ -1,10 +1,12 @@
 """Issue 32, classes 2, 3 and 6: an HF model folder that would be probed as something it is
 not (a revision of a local folder, weights that do not fit the architecture) or that does
 not load (a tokenizer without byte tokens, shapes unlike the config's, a pickle that
-``weights_only`` refuses) is one ``error:`` line naming it, exit 2, and no record."""
+``weights_only`` refuses) is one ``error:`` line naming it, exit 2, and no record. Class 1:
+a model whose embedding is padded past its tokenizer, and that emits those ids, is probed."""
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -87,3 +89,44 @@ def test_a_pickle_weights_only_refuses_is_one_line(hf, tmp_path, capsys):
     assert _probe(hf, out) == 2
     one_error(capsys.readouterr().err, str(hf), "cannot load the model")
     assert not out.exists()
+
+
+def test_a_padded_embedding_that_emits_its_padding_ids_is_probed(small_data, tmp_path):
+    """Pythia, OLMo and Qwen pad the embedding past the tokenizer, and an early checkpoint
+    emits those ids: they are tokens with no bytes on every path (Level 0 and 1 decoding and
+    scoring, MCQA generation)."""
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from bytecanary.bytecodec import ByteCodec
+    from bytecanary.probes import get_probe
+
+    from ..probes.reference import py_score
+
+    tok = AutoTokenizer.from_pretrained(small_data / "tokenizer")
+    n_tok, id_bytes = len(tok), ByteCodec.from_tokenizer(tok).id_bytes
+    cfg = GPT2Config(vocab_size=n_tok + 64, n_positions=64, n_embd=32, n_layer=1, n_head=2,
+                     tie_word_embeddings=False, eos_token_id=tok.eos_token_id)  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg).eval()
+    with (
+        torch.no_grad()
+    ):  # each padding id a louder copy of a real token: it wins where that one's logit is > 0
+        head = model.lm_head.weight
+        head[n_tok:] = 10 * head[torch.randint(0, n_tok, (64,))]
+    records = tmp_path / "samples.jsonl"
+    for name in ("level0", "level1"):
+        got = get_probe(name, trial=True, per_language=4, records=str(records)).run(model, tok, small_data)
+        assert got and all(np.isfinite(v) for v in got.values())
+    rows = [json.loads(line) for line in records.read_text(encoding="utf-8").splitlines()]
+    padded = [r for r in rows if any(i >= n_tok for i in r["generated_ids"])]
+    assert len(padded) > len(rows) // 2  # the model emits its padding ids
+    for r in padded:  # scored as the bytes of the tokenizer's ids alone
+        kept = bytes.fromhex(r["prompt_bytes"]) + b"".join(
+            id_bytes[i] for i in r["generated_ids"] if i < n_tok
+        )
+        assert r["partial"][-1] == pytest.approx(py_score(kept)[2])
+    mcqa = get_probe(
+        "mcqa", trial=True, embedded_per_language=2, nonsense_per_language=2, protocols=["dashed"]
+    )
+    got = mcqa.run(model, tok, small_data)
+    assert any(k.endswith("/dashed/acc") for k in got)
