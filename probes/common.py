@@ -124,6 +124,14 @@ def context_size(model: Any) -> int:
     return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None) or 0
 
 
+def sliding_window(model: Any) -> int | None:
+    """The model's attention window where it has one in use (Mistral, Qwen2 with
+    ``use_sliding_window``, Gemma-2/3's local layers), else None."""
+    cfg = model.config.get_text_config()
+    window = getattr(cfg, "sliding_window", None)
+    return int(window) if window and getattr(cfg, "use_sliding_window", True) else None
+
+
 def output_size(model: Any) -> int:
     """The ids the model's head scores: the tokenizer's, or more where the embedding is padded."""
     return int(model.get_output_embeddings().weight.shape[0])

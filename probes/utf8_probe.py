@@ -39,6 +39,7 @@ import numpy as np
 from bytecanary import utf8
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.data.evalsets import Level0Set
+from bytecanary.errors import BytecanaryError
 from bytecanary.probes.common import (
     Checked,
     GenerationSettings,
@@ -51,6 +52,7 @@ from bytecanary.probes.common import (
     output_size,
     pad_id,
     shard_indices,
+    sliding_window,
     within,
 )
 from bytecanary.probes.engine import Decoding, Sampling, generate
@@ -220,6 +222,7 @@ def decode_and_score(
     """Per-sample results of this rank's share (``index`` into the samples)."""
     idx = shard_indices(len(prep.samples), config.batch_size, rank, world)
     samples = fit_context([prep.samples[i] for i in idx], model, config.max_new_tokens, prep.codec)
+    _check_window(model, samples, config.max_new_tokens)
     prompts = [list(s.prompt_ids) for s in samples]
     golds = [list(s.gold_ids) for s in samples]
     decoding = Decoding(config.max_new_tokens, prep.eos_id, prep.pad_id, config.batch_size, config.sampling)
@@ -259,6 +262,18 @@ def decode_and_score(
         tokens=gen.tokens,
         lengths=gen.lengths,
     )
+
+
+def _check_window(model: Any, samples: list[Utf8Sample], max_new_tokens: int) -> None:
+    """Refuse a model whose attention window is shorter than a prompt and its new tokens:
+    the engine's padded, cached decoding keeps no window, so it would not attend as the model does."""
+    longest = max((len(s.prompt_ids) for s in samples), default=0) + max_new_tokens
+    window = sliding_window(model)
+    if window is not None and longest > window:
+        raise BytecanaryError(
+            f"{type(model).__name__}: sliding_window={window} is shorter than a prompt and its "
+            f"{max_new_tokens} new tokens ({longest}): the UTF-8 probes would not attend as the model does"
+        )
 
 
 def _vocab_rows(classes: np.ndarray, model: Any) -> np.ndarray:

@@ -11,6 +11,13 @@ and memory holds one row per item. Rows are batched in the given order, right-pa
 the LM head runs on the scored positions only. A test checks the results against one
 unbatched forward pass per (prompt, continuation).
 
+The fast path computes what the model's own forward computes only where the forward
+applies nothing after the head and every row fits its attention window. A model whose
+config post-processes logits (Gemma-2/3's ``final_logit_softcapping``, a ``logit_scale``,
+``logits_scaling``), or whose sliding window is shorter than a row, is scored through its
+own forward instead, one pass per prompt (``own_forward_reasons``): the same numbers as a
+plain forward per (prompt, continuation), at lm-eval's cost.
+
 Shape suffixes: B rows (one per prompt), T time, S scored tokens, D model width, V vocabulary.
 """
 
@@ -21,6 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from bytecanary.io import warn_once
+from bytecanary.probes.common import sliding_window
 
 
 @dataclass
@@ -97,6 +107,46 @@ def _score_batch(model: torch.nn.Module, rows: list[_Row], pad_id: int) -> list[
     return out
 
 
+LOGIT_FIELDS = ("final_logit_softcapping", "logit_scale", "logits_scaling")  # applied after the head
+_warn = warn_once()
+
+
+def own_forward_reasons(model: torch.nn.Module, longest: int) -> list[str]:
+    """The config fields that make the fast path differ from the model's own forward on rows
+    of up to ``longest`` tokens: logits post-processed after the head, an attention window
+    shorter than a row."""
+    cfg = model.config.get_text_config()
+    reasons = [
+        f"{name}={value}"
+        for name in LOGIT_FIELDS
+        if (value := getattr(cfg, name, None)) is not None and not (name == "logits_scaling" and value == 1)
+    ]
+    window = sliding_window(model)
+    if window is not None and longest > window:
+        reasons.append(f"sliding_window={window} (rows of up to {longest} tokens)")
+    return reasons
+
+
+def _score_own_forward(
+    model: torch.nn.Module, prompt: Sequence[int], continuations: Sequence[Sequence[int]], pad_id: int
+) -> np.ndarray:
+    """Each continuation's log p after ``prompt`` from the model's own forward (its window,
+    its logit processing), the continuations of one prompt right-padded in one batch."""
+    param = next(model.parameters())
+    rows = [list(prompt) + list(c[:-1]) for c in continuations]
+    width = max(map(len, rows))
+    ids_BT = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask_BT = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids_BT[b, : len(r)], mask_BT[b, : len(r)] = torch.tensor(r), 1
+    logits_BTV = model(input_ids=ids_BT.to(param.device), attention_mask=mask_BT.to(param.device)).logits
+    lp_BTV = logits_BTV.float().log_softmax(-1).double().cpu()
+    n = len(prompt)
+    return np.array(
+        [sum(float(lp_BTV[b, n - 1 + j, t]) for j, t in enumerate(c)) for b, c in enumerate(continuations)]
+    )
+
+
 @torch.inference_mode()
 def score_continuations(
     model: torch.nn.Module,
@@ -107,6 +157,16 @@ def score_continuations(
 ) -> list[np.ndarray]:
     """For prompt i, the summed log p(continuation | prompt) of each of its continuations
     (every continuation at least one token)."""
+    longest = max(
+        (len(p) + len(c) - 1 for p, cs in zip(prompts, continuations, strict=True) for c in cs), default=0
+    )
+    reasons = own_forward_reasons(model, longest)
+    if reasons:
+        why = ", ".join(reasons)
+        _warn(f"MCQA scores {type(model).__name__} through its own forward, a pass per prompt ({why})")
+        return [
+            _score_own_forward(model, p, cs, pad_id) for p, cs in zip(prompts, continuations, strict=True)
+        ]
     rows = [_row(p, c) for p, c in zip(prompts, continuations, strict=True)]
     out: list[np.ndarray] = []
     for lo in range(0, len(rows), batch_size):  # batches as given: a DDP shard's are the same

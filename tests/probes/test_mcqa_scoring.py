@@ -71,3 +71,39 @@ def test_padding_of_short_continuations_stays_inside_the_context(random_model):
             with torch.no_grad():
                 lp = random_model(x).logits[0, :-1].log_softmax(-1).gather(-1, x[0, 1:, None]).squeeze(-1)
             assert value == pytest.approx(lp[len(p) - 1 :].sum().item(), abs=1e-4)
+
+
+def _plain(model, prompt, cont):
+    """log p(cont | prompt) from one forward of the model on prompt + cont alone."""
+    with torch.no_grad():
+        lp = model(torch.tensor([prompt + cont[:-1]])).logits[0].double().log_softmax(-1)
+    return sum(float(lp[len(prompt) - 1 + j, t]) for j, t in enumerate(cont))
+
+
+@pytest.mark.parametrize("family", ["gemma2 soft-capping", "mistral window"])
+def test_models_whose_forward_the_fast_path_cannot_copy_are_scored_by_it(
+    family, byte_fallback_tokenizer, capsys
+):
+    """Issue 32, classes 4 and 5: Gemma-2 caps its logits after the head, Mistral attends
+    within a window; both are scored through their own forward, equal to one plain pass per
+    (prompt, continuation), and say so once."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM, MistralConfig, MistralForCausalLM
+
+    tok = byte_fallback_tokenizer
+    shape = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)  # fmt: skip
+    torch.manual_seed(0)
+    if family.startswith("gemma2"):
+        model = Gemma2ForCausalLM(Gemma2Config(**shape, head_dim=16, final_logit_softcapping=0.5))
+        reason = "final_logit_softcapping=0.5"
+    else:
+        model = MistralForCausalLM(MistralConfig(**shape, sliding_window=6))
+        reason = "sliding_window=6"
+    model.eval()
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(4, len(tok), rng.integers(8, 20)).tolist() for _ in range(3)]
+    conts = [[rng.integers(4, len(tok), rng.integers(1, 4)).tolist() for _ in range(3)] for _ in prompts]
+    got = score_continuations(model, prompts, conts, tok.pad_token_id, batch_size=2)
+    for p, cs, g in zip(prompts, conts, got, strict=True):
+        assert g == pytest.approx([_plain(model, p, c) for c in cs], abs=1e-4)
+    assert reason in capsys.readouterr().err
