@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_json
 from bytecanary.records import Context
 
+# an HF model folder named for its step: HF Trainer's checkpoint-N, stepN, global_stepN, iter_N
+_STEP_FOLDER = re.compile(r"^(?:checkpoint-|global_step|step|iter_)(\d+)$")
 # what a model folder holds when its tokenizer was saved beside it (save_pretrained)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model")
 
@@ -50,7 +53,9 @@ class Target:
 
     @property
     def step_hint(self) -> int:
-        return step_of(self.revision or Path(self.path).name)
+        name = self.revision or Path(self.path).name
+        found = _STEP_FOLDER.match(name)
+        return int(found.group(1)) if found else step_of(name)
 
     @classmethod
     def file(cls, path: str | Path) -> Target:
@@ -84,6 +89,31 @@ def in_folder(folder: Path) -> list[Target]:
     return [Target.file(f) for f in _weights_files(folder)]
 
 
+def hf_series(folder: Path) -> list[Target]:
+    """The HF model folders a folder holds as a series, in step order: subfolders named for
+    their step (``checkpoint-500``, ``step500``, ``global_step500``, ``iter_500``), or, in the
+    hub cache's layout (``models--org--name``), the snapshot each ref (branch, tag) names."""
+    refs, snapshots = folder / "refs", folder / "snapshots"
+    if refs.is_dir() and snapshots.is_dir():
+        named = sorted(p for p in refs.rglob("*") if p.is_file())
+        found = [
+            (p.relative_to(refs).as_posix(), snapshots / p.read_text(encoding="utf-8").strip()) for p in named
+        ]
+        targets = [
+            Target(f"{folder}@{ref}", str(snap), "hf", ref)
+            for ref, snap in found
+            if (snap / "config.json").is_file()
+        ]
+    else:
+        subs = [
+            p
+            for p in folder.iterdir()
+            if p.is_dir() and _STEP_FOLDER.match(p.name) and (p / "config.json").is_file()
+        ]
+        targets = [Target(str(p.resolve()), str(p), "hf") for p in subs]
+    return sorted(targets, key=lambda t: (t.step_hint, t.key))
+
+
 def resolve(paths: list[str], revisions: list[str] | None = None) -> list[Target]:
     """Every checkpoint the PATH arguments name, in step order within each PATH."""
     targets: list[Target] = []
@@ -101,12 +131,13 @@ def resolve(paths: list[str], revisions: list[str] | None = None) -> list[Target
             targets.append(Target.file(raw))
         elif path.is_dir() and (path / "config.json").is_file():
             targets.append(Target(str(path.resolve()), raw, "hf"))
-        elif path.is_dir() and (found := in_folder(path)):
+        elif path.is_dir() and (found := in_folder(path) or hf_series(path)):
             targets += found
         else:
             raise BytecanaryError(
-                f"{raw}: not a checkpoint (.safetensors, .ckpt), an HF model folder, "
-                "a folder of checkpoints, or (with --revision) a model id"
+                f"{raw}: not a checkpoint (.safetensors, .ckpt), an HF model folder, a folder of "
+                "checkpoints or of HF model folders (checkpoint-N, stepN, a hub cache's models--org--name), "
+                "or (with --revision) a model id"
             )
     return targets
 

@@ -5,6 +5,7 @@ not load (a tokenizer without byte tokens, shapes unlike the config's, a pickle 
 a model whose embedding is padded past its tokenizer, and that emits those ids, is probed."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from bytecanary.cli import main
+from bytecanary.records import read as read_records
 from bytecanary.train.export import export
 
 from .conftest import one_error
@@ -130,3 +132,45 @@ def test_a_padded_embedding_that_emits_its_padding_ids_is_probed(small_data, tmp
     )
     got = mcqa.run(model, tok, small_data)
     assert any(k.endswith("/dashed/acc") for k in got)
+
+
+def _hf_folder(trained, folder, step):
+    """An exported model of ``trained``'s step, with no bytecanary.json (a hub model has none)."""
+    export(trained / "checkpoints" / f"step{step:07d}.safetensors", folder)
+    (folder / "bytecanary.json").unlink()
+    return folder
+
+
+@pytest.mark.parametrize("layout", ["checkpoint-{}", "global_step{}", "iter_{}", "hub cache"])
+def test_a_folder_of_hf_model_folders_is_a_series_in_step_order(trained, small_data, tmp_path, layout):
+    """Issue 32, class 7: HF Trainer's checkpoint-N (and stepN, global_stepN, iter_N)
+    subfolders, and the hub cache's snapshots named by refs/, probed in step order with the
+    step from the name; a rerun does nothing."""
+    series = tmp_path / "series"
+    if layout == "hub cache":
+        series = tmp_path / "hub" / "models--bc--tiny"
+        for step in (8, 4):
+            _hf_folder(trained, series / "snapshots" / f"{step:040d}", step)
+            (series / "refs").mkdir(exist_ok=True)
+            (series / "refs" / f"step{step}").write_text(f"{step:040d}", encoding="utf-8")
+        (series / "refs" / "main").write_text(f"{8:040d}", encoding="utf-8")
+    else:
+        for step in (8, 4):
+            _hf_folder(trained, series / layout.format(step), step)
+        (series / "logs").mkdir()  # anything else beside them is no checkpoint
+    out = tmp_path / "p.jsonl"
+    args = ["--level0-set", str(small_data / "evalsets" / "level0_zh.json")]
+    assert _probe(series, out, *args) == 0
+    rows = read_records(out)
+    if layout == "hub cache":
+        assert [(r.checkpoint.rsplit("@", 1)[1], r.step) for r in rows] == [
+            ("main", None),
+            ("step4", 4),
+            ("step8", 8),
+        ]
+        assert rows[0].metrics == rows[2].metrics  # main is step8's snapshot
+    else:
+        assert [r.step for r in rows] == [4, 8]
+        assert [Path(r.checkpoint).name for r in rows] == [layout.format(4), layout.format(8)]
+    assert rows[0].metrics != rows[1].metrics and all(r.ok for r in rows)
+    assert _probe(series, out, *args) == 0 and len(read_records(out)) == len(rows)
