@@ -181,9 +181,15 @@ def prepared_for(tokenizer: Any, samples: list[Utf8Sample], codec: ByteCodec) ->
     samples = sorted(
         samples, key=lambda s: (len(s.prompt_ids) + len(s.gold_ids), s.prompt_ids + s.gold_ids, s.k)
     )
-    table = utf8.token_classes(codec.table, codec.lengths)
-    classes = np.concatenate([table.valid, table.completes]).T.astype(np.float32)
+    classes = class_rows(codec.table, codec.lengths)
     return Prepared(samples, codec, tokenizer.eos_token_id, pad_id(tokenizer), classes)
+
+
+def class_rows(table: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """(ids, 2 x N_STATES) float32: per id, the DFA states it keeps valid, then those whose
+    pending character it completes (``utf8.token_classes``), as ``generate`` takes them."""
+    classes = utf8.token_classes(table, lengths)
+    return np.concatenate([classes.valid, classes.completes]).T.astype(np.float32)
 
 
 def fit_context(samples: list[Utf8Sample], model: Any, room: int, codec: ByteCodec) -> list[Utf8Sample]:
@@ -226,8 +232,9 @@ def decode_and_score(
     prompts = [list(s.prompt_ids) for s in samples]
     golds = [list(s.gold_ids) for s in samples]
     decoding = Decoding(config.max_new_tokens, prep.eos_id, prep.pad_id, config.batch_size, config.sampling)
-    gen = generate(model, prompts, decoding, golds, classes=_vocab_rows(prep.classes, model))
-    codec = prep.codec.padded(output_size(model))  # ids past the tokenizer's: no bytes
+    n_vocab = output_size(model)
+    codec = prep.codec.padded(n_vocab)  # ids past the tokenizer's: no bytes
+    gen = generate(model, prompts, decoding, golds, classes=_vocab_rows(prep.classes, codec, n_vocab))
     steps = np.arange(gen.tokens.shape[1])
     live_NT = steps[None, :] < gen.lengths[:, None]  # generated before (and including) the end
     chunks = []
@@ -276,13 +283,14 @@ def _check_window(model: Any, samples: list[Utf8Sample], max_new_tokens: int) ->
         )
 
 
-def _vocab_rows(classes: np.ndarray, model: Any) -> np.ndarray:
-    """``classes`` with a row per id of the model's output layer: ids beyond the tokenizer's
-    (a padded embedding) belong to no class."""
-    n_vocab = output_size(model)
-    if n_vocab <= len(classes):
+def _vocab_rows(classes: np.ndarray, codec: ByteCodec, n_vocab: int) -> np.ndarray:
+    """``classes`` with a row per id of the model's output layer (``n_vocab``; ``codec``
+    padded to it): ids beyond the tokenizer's (a padded embedding) are tokens with no bytes,
+    as its special ones."""
+    n = len(classes)
+    if n_vocab <= n:
         return classes[:n_vocab]
-    return np.concatenate([classes, np.zeros((n_vocab - len(classes), classes.shape[1]), classes.dtype)])
+    return np.concatenate([classes, class_rows(codec.table[n:], codec.lengths[n:])])
 
 
 def _expected_validity(
