@@ -2,7 +2,10 @@
 not (a revision of a local folder, weights that do not fit the architecture) or that does
 not load (a tokenizer without byte tokens, shapes unlike the config's, a pickle that
 ``weights_only`` refuses) is one ``error:`` line naming it, exit 2, and no record. Class 1:
-a model whose embedding is padded past its tokenizer, and that emits those ids, is probed."""
+a model whose embedding is padded past its tokenizer, and that emits those ids, is probed.
+Class 4: a sliding window shorter than a Level 1 prompt is a failed record naming it; class
+5: a model that caps its logits is scored as its forward scores; class 7: a folder of HF
+model folders is a series."""
 
 import json
 from pathlib import Path
@@ -174,3 +177,75 @@ def test_a_folder_of_hf_model_folders_is_a_series_in_step_order(trained, small_d
         assert [Path(r.checkpoint).name for r in rows] == [layout.format(4), layout.format(8)]
     assert rows[0].metrics != rows[1].metrics and all(r.ok for r in rows)
     assert _probe(series, out, *args) == 0 and len(read_records(out)) == len(rows)
+
+
+def _family_folder(byte_fallback_tokenizer, folder, config):
+    """A tiny random model of another family, saved with its tokenizer as a user's folder."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    byte_fallback_tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_window_shorter_than_a_level1_prompt_is_a_failed_record_naming_it(
+    byte_fallback_tokenizer, small_data, tmp_path, capsys
+):
+    """Class 4: a Mistral folder whose sliding window is shorter than Level 1's prompts."""
+    from transformers import MistralConfig
+
+    cfg = MistralConfig(vocab_size=len(byte_fallback_tokenizer), hidden_size=32, intermediate_size=64,
+                        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                        sliding_window=8)  # fmt: skip
+    folder = _family_folder(byte_fallback_tokenizer, tmp_path / "mistral", cfg)
+    out = tmp_path / "p.jsonl"
+    (level1,) = (small_data / "evalsets").glob("level1*.json")
+    assert main(["probe", str(folder), "--probes", "level1", "--trial", "--level1-set", str(level1),
+                 "--no-wandb", "--out", str(out)]) == 1  # fmt: skip
+    (row,) = read_records(out)
+    assert row.status == "failed" and "sliding_window=8 is shorter than a prompt" in row.error
+    assert "some probes failed" in capsys.readouterr().err
+
+
+def test_a_soft_capping_model_is_scored_as_its_forward_scores(byte_fallback_tokenizer, tmp_path, capsys):
+    """Class 5: Gemma-2 caps its logits after the head; MCQA scores through its forward."""
+    from transformers import AutoModelForCausalLM, Gemma2Config
+
+    cfg = Gemma2Config(vocab_size=len(byte_fallback_tokenizer), hidden_size=32, intermediate_size=64,
+                       num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                       final_logit_softcapping=0.5)  # fmt: skip
+    folder = _family_folder(byte_fallback_tokenizer, tmp_path / "gemma2", cfg)
+    items = tmp_path / "mmlu.jsonl"
+    rows = [
+        {"question": "2+2?", "choices": ["3", "4"], "answer": 1},
+        {"question": "首都?", "choices": ["北京", "上海"], "answer": 0},
+    ]
+    items.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    task = {
+        "name": "mini",
+        "schema": "mmlu",
+        "language": "en",
+        "path": "json",
+        "split": "train",
+        "data_files": [str(items)],
+    }
+    spec = {"name": "mcqa", "tasks": [task], "embedded_per_language": 0, "nonsense_per_language": 0,
+            "protocols": ["cloze"], "records": str(tmp_path / "items.jsonl")}  # fmt: skip
+    config = tmp_path / "probes.yaml"
+    config.write_text(json.dumps({"probes": [spec]}), encoding="utf-8")
+    out = tmp_path / "p.jsonl"
+    assert main(["probe", str(folder), "--config", str(config), "--no-wandb", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "through its own forward" in err and "final_logit_softcapping=0.5" in err
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    for line in (tmp_path / "items.jsonl").read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        question = rows[int(r["item_id"])]["question"]
+        prompt = byte_fallback_tokenizer.encode(f"Question: {question}\nAnswer:", add_special_tokens=False)
+        for ll, cont in zip(r["ll"], r["continuation_ids"], strict=True):
+            ids = torch.tensor([prompt + cont])
+            with torch.no_grad():
+                lp = model(ids).logits[0, :-1].double().log_softmax(-1)
+            want = sum(float(lp[len(prompt) - 1 + j, t]) for j, t in enumerate(cont))
+            assert ll == pytest.approx(want, abs=1e-4)
