@@ -208,9 +208,16 @@ def test_a_window_shorter_than_a_level1_prompt_is_a_failed_record_naming_it(
     assert "some probes failed" in capsys.readouterr().err
 
 
-def test_a_soft_capping_model_is_scored_as_its_forward_scores(byte_fallback_tokenizer, tmp_path, capsys):
+def test_a_soft_capping_model_is_scored_as_its_forward_scores(
+    byte_fallback_tokenizer, tmp_path, capsys, monkeypatch
+):
     """Class 5: Gemma-2 caps its logits after the head; MCQA scores through its forward."""
     from transformers import AutoModelForCausalLM, Gemma2Config
+
+    from bytecanary.io import warn_once
+    from bytecanary.probes.mcqa import scoring
+
+    monkeypatch.setattr(scoring, "_warn", warn_once())  # said once per process: say it here
 
     cfg = Gemma2Config(vocab_size=len(byte_fallback_tokenizer), hidden_size=32, intermediate_size=64,
                        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,

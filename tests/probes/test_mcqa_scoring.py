@@ -82,12 +82,17 @@ def _plain(model, prompt, cont):
 
 @pytest.mark.parametrize("family", ["gemma2 soft-capping", "mistral window"])
 def test_models_whose_forward_the_fast_path_cannot_copy_are_scored_by_it(
-    family, byte_fallback_tokenizer, capsys
+    family, byte_fallback_tokenizer, capsys, monkeypatch
 ):
     """Issue 32, classes 4 and 5: Gemma-2 caps its logits after the head, Mistral attends
     within a window; both are scored through their own forward, equal to one plain pass per
     (prompt, continuation), and say so once."""
     from transformers import Gemma2Config, Gemma2ForCausalLM, MistralConfig, MistralForCausalLM
+
+    from bytecanary.io import warn_once
+    from bytecanary.probes.mcqa import scoring
+
+    monkeypatch.setattr(scoring, "_warn", warn_once())  # said once per process: say it here
 
     tok = byte_fallback_tokenizer
     shape = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
