@@ -251,6 +251,9 @@ def tiers_figure(cps: Sequence[Checkpoint]) -> Any:
     with matplotlib.rc_context(STYLE):
         fig, axes = _figure(3 if gap_groups else 2, 2, (11, 10.5 if gap_groups else 7.5))
         panels = axes[:2].ravel()
+        for ax in panels[1:]:  # shared before drawing, so the limits hold every panel's data
+            ax.sharex(panels[0])
+            ax.sharey(panels[0])
         any_drawn = False
         for ax, lang in zip(panels, LANGUAGES, strict=True):
             for tier in TIERS:
@@ -258,9 +261,6 @@ def tiers_figure(cps: Sequence[Checkpoint]) -> Any:
                 any_drawn |= _plot(ax, curve, color=TIER_COLORS[tier], label=tier)
             ax.set_title(lang)
             ax.grid(True, alpha=0.3)
-            if ax is not panels[0]:
-                ax.sharex(panels[0])
-                ax.sharey(panels[0])
             _tokens_axis(ax)
         if not any_drawn:
             fig.clear()
@@ -270,8 +270,11 @@ def tiers_figure(cps: Sequence[Checkpoint]) -> Any:
         else:
             for ax in axes[:2, 0]:
                 ax.set_ylabel("V partial (0-1)")
-            handles, labels = next((ax.get_legend_handles_labels() for ax in panels if ax.lines), ([], []))
-            fig.legend(handles, labels, loc="outside right center", title="tier")
+            by_label = {
+                label: h for ax in panels for h, label in zip(*ax.get_legend_handles_labels(), strict=True)
+            }
+            tiers = [t for t in TIERS if t in by_label]  # every tier any language has, in tier order
+            fig.legend([by_label[t] for t in tiers], tiers, loc="outside right center", title="tier")
             if gap_groups:
                 _gap_panel(fig, axes[2], cps, gap_groups)
             for ax in axes[1, :]:

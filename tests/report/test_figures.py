@@ -106,3 +106,22 @@ def test_the_tiers_figure_draws_the_tier_gap_with_its_ci_band(tmp_path):
         for c in cps
     ]
     assert not any(ax.get_title().startswith("common - rare") for ax in figures.tiers_figure(bare).axes)
+
+
+def test_the_tier_legend_and_limits_hold_every_language(tmp_path):
+    """en has no common or rare characters on the embedded corpus: the legend still names every
+    tier another language has, and each panel shows all of its points."""
+    cps = analysis.checkpoints(records.read(make_run(tmp_path) / "probes.jsonl"))
+    gone = {f"probe/level0/en/{t}/partial" for t in ("common", "uncommon", "rare")}
+    cps = [
+        analysis.Checkpoint(
+            c.key, c.step, c.tokens_seen, {k: v for k, v in c.metrics.items() if k not in gone}
+        )
+        for c in cps
+    ]
+    fig = figures.tiers_figure(cps)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["common", "uncommon", "rare", "unseen", "unseen_3b"]
+    for ax in fig.axes[:4]:
+        lo, hi = ax.get_ylim()
+        assert all(lo <= y <= hi for line in ax.lines for y in line.get_ydata())
