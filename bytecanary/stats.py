@@ -95,9 +95,8 @@ class Gap:
     hi: float
 
 
-Stratum = tuple[
-    np.ndarray, np.ndarray
-]  # per cluster: (sums of its samples' values, (C, M); its sample count, (C,))
+# one stratum of clusters: per cluster the sums of its samples' values (C, M) and its sample count (C,)
+Stratum = tuple[np.ndarray, np.ndarray]
 
 
 def clustered_gaps(

@@ -8,7 +8,6 @@ remote code; anything unreadable is one ``BytecanaryError`` naming it.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import re
 import time
@@ -30,7 +29,7 @@ from bytecanary.checkpoints import (
     tokenizer_dir,
     weights_id,
 )
-from bytecanary.errors import BytecanaryError
+from bytecanary.errors import BytecanaryError, one_line
 from bytecanary.io import read_json
 from bytecanary.records import Context
 
@@ -217,7 +216,7 @@ def _load_hf(target: Target) -> tuple[Any, Any]:
         # transformers would quietly fall back to a tokenizer of the model type
         wanted = " or ".join(TOKENIZER_FILES[:2])
         raise BytecanaryError(f"{target.path}: no tokenizer beside the model (no {wanted})")
-    with _one_line(f"{target.key}: cannot load the tokenizer"):
+    with one_line(f"{target.key}: cannot load the tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(
             target.path, revision=target.revision, trust_remote_code=False
         )
@@ -225,7 +224,7 @@ def _load_hf(target: Target) -> tuple[Any, Any]:
         ByteCodec.from_tokenizer(tokenizer)
     except ValueError as err:  # UnsupportedTokenizerError: no complete set of byte tokens
         raise BytecanaryError(f"{target.key}: {err}") from None
-    with _one_line(f"{target.key}: cannot load the model"):
+    with one_line(f"{target.key}: cannot load the model"):
         model, info = AutoModelForCausalLM.from_pretrained(
             target.path, revision=target.revision, trust_remote_code=False, output_loading_info=True
         )
@@ -238,20 +237,6 @@ def _load_hf(target: Target) -> tuple[Any, Any]:
                 f"({type(model).__name__}): {first}; it would be probed as a random model"
             )
     return model.eval(), tokenizer
-
-
-@contextlib.contextmanager
-def _one_line(where: str) -> Iterator[None]:
-    """What transformers, safetensors or torch raise while loading (a missing or truncated
-    file, shapes that do not match the config, a pickle ``weights_only`` refuses) as one
-    line naming the checkpoint."""
-    try:
-        yield
-    except BytecanaryError:
-        raise
-    except Exception as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise BytecanaryError(f"{where}: {first}") from None
 
 
 def watch_target(path: str | Path) -> Path:

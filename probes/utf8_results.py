@@ -125,13 +125,10 @@ def tier_gaps(samples: list[Utf8Sample], r: SampleResults, seed: int) -> dict[st
     for group in [*langs, "all"] if langs else []:
         chosen = langs if group == "all" else [group]
         sides = [[strata[(lg, tier)] for lg in chosen] for tier in GAP_TIERS]
-        for name, gap in zip(
-            names, clustered_gaps(*sides, n_resamples=GAP_RESAMPLES, seed=seed), strict=True
-        ):
-            out.update(
-                {keys.tier_gap(group, name): gap.value}
-                | {keys.tier_gap(group, name, "_lo"): gap.lo, keys.tier_gap(group, name, "_hi"): gap.hi}
-            )
+        gaps = clustered_gaps(*sides, n_resamples=GAP_RESAMPLES, seed=seed)
+        for name, gap in zip(names, gaps, strict=True):
+            for bound, value in (("", gap.value), ("_lo", gap.lo), ("_hi", gap.hi)):
+                out[keys.tier_gap(group, name, bound)] = value
     return out
 
 

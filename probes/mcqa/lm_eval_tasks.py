@@ -21,17 +21,16 @@ task there costs no scan of lm-eval's registry (about 14k entries, seconds).
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from bytecanary import versions
 from bytecanary.data.languages import LANGUAGES
-from bytecanary.errors import BytecanaryError
+from bytecanary.errors import BytecanaryError, one_line
 from bytecanary.probes.mcqa.lm_eval_files import broken_yamls, data_files, yaml_files
 from bytecanary.probes.mcqa.tasks import McqaItem, TaskSource, no_progress_bars
 
@@ -90,7 +89,6 @@ class LmEvalSource:
     )
     """The items per document limit, built once: checking them, preparing them and the
     fingerprint's files would each load the task and render every document again."""
-    _tasks: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         where = f"lm-eval task {self.name!r}"
@@ -117,22 +115,21 @@ class LmEvalSource:
         if n not in self._built:
             self._built[n] = [
                 pair
-                for task in self.tasks().values()
+                for task in self.tasks.values()
                 for pair in _task_items(task, self.language, n, self.add_special_tokens)
             ]
         return self._built[n]
 
+    @functools.cached_property
     def tasks(self) -> dict[str, Any]:
         """The task objects (``_build``), loaded once."""
-        if self._tasks is None:
-            self._tasks = _build(self)
-        return self._tasks
+        return _build(self)
 
     def files(self) -> list[Path]:
         """What the items depend on: each task's YAML, the YAMLs it includes, the modules its
         ``!function``s name, and its local ``data_files``."""
         out: list[Path] = []
-        for task in self.tasks().values():
+        for task in self.tasks.values():
             source = (task.config.metadata or {}).get("config_source", "")
             if source and Path(source).is_file():
                 out += yaml_files(Path(source), set())
@@ -212,7 +209,7 @@ def _build(src: LmEvalSource) -> dict[str, Any]:
     if entry.kind is Kind.TASK:
         _check_type(src.name, (entry.cfg or {}).get("output_type", "generate_until"))
     with (
-        _one_line(f"lm-eval task {src.name!r}: cannot load"),
+        one_line(f"lm-eval task {src.name!r}: cannot load"),
         no_progress_bars(True),
     ):  # YAML, template, dataset
         tasks = manager.load([src.name])["tasks"]
@@ -286,36 +283,6 @@ def _multiple_input_fields(task: Any, doc: Mapping[str, Any], where: str) -> dic
     return {"question": "", "choices": tuple(choices), "answer": gold, "target": target}
 
 
-@contextlib.contextmanager
-def _one_line(where: str) -> Iterator[None]:
-    """Any error of lm-eval's templates, functions or data while one document is read, as one
-    line naming the task and the document."""
-    try:
-        yield
-    except BytecanaryError:
-        raise
-    except Exception as err:
-        raise BytecanaryError(f"{where}: {_described(err)}") from None
-
-
-def _described(err: BaseException) -> str:
-    """An error's type and first line, then its root cause's, where a library wrapped one
-    (``datasets``' "An error occurred while generating the dataset" hides what it was)."""
-    root, seen = err, {id(err)}
-    while (inner := root.__cause__ or root.__context__) is not None and id(inner) not in seen:
-        root = inner
-        seen.add(id(root))
-    text = [f"{type(e).__name__}: {_ends(str(e))}" for e in (err, root)]
-    return text[0] if root is err else f"{text[0]} (caused by {text[1]})"
-
-
-def _ends(message: str) -> str:
-    """A message's first line, and its last where it has several (``datasets``' cast errors
-    put the schemas between "Couldn't cast" and "because column names don't match")."""
-    lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or [""]
-    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
-
-
 def _recorded_draws(task: Any) -> list[dict[str, Any]]:
     """The few-shot documents the task's own sampler drew for the latest context: the
     letter prompts show the examples that cloze's context holds."""
@@ -352,7 +319,7 @@ def _task_items(
     for doc_id, doc in task.doc_iterator(limit=limit):
         drawn.clear()
         where = f"lm-eval task {name!r} doc {doc_id}"
-        with _one_line(where):
+        with one_line(where):
             context = task.fewshot_context(doc=doc, num_fewshot=shots, gen_prefix=task.doc_to_prefix(doc))
             many = bool(task.multiple_input)  # a list of contexts, one per choice
             item = LmEvalItem(

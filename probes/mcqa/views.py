@@ -8,7 +8,8 @@ task only: a generated answer costs far more than a scored one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,12 +49,10 @@ def cloze_encoding(tokenizer: Any, item: McqaItem, special: bool | None) -> tupl
     on its own (with ``special`` tokens, ``lm_eval_pair``), the prompt of every option. Our
     own tasks': the prompt is what every option's whole encoding shares."""
     if isinstance(item, LmEvalItem):
-        try:
+        with _naming(item):
             pairs = [
                 lm_eval_pair(tokenizer, item.context, f"{item.delimiter}{c}", special) for c in item.choices
             ]
-        except BytecanaryError as err:
-            raise BytecanaryError(f"lm-eval task {item.task!r} doc {item.doc_id}: {err}") from None
         return pairs[0][0], [cont for _, cont in pairs]
     context = item.question if item.continuation else f"Question: {item.question}\nAnswer:"
     delimiter = item.delimiter if item.continuation else " "
@@ -71,11 +70,18 @@ def multiple_input_encoding(
 ) -> tuple[list[list[int]], list[list[int]]]:
     """(one prompt per choice, one continuation per choice) of a multiple-input item, as
     lm-eval encodes its requests: ``target_delimiter + target`` after each choice's context."""
-    try:
+    with _naming(item):
         pairs = [lm_eval_pair(tokenizer, c, f"{item.delimiter}{item.target}", special) for c in item.contexts]
+    return [prompt for prompt, _ in pairs], [cont for _, cont in pairs]
+
+
+@contextlib.contextmanager
+def _naming(item: LmEvalItem) -> Iterator[None]:
+    """An encoding refused (``lm_eval_pair``) as one line naming the task and document."""
+    try:
+        yield
     except BytecanaryError as err:
         raise BytecanaryError(f"lm-eval task {item.task!r} doc {item.doc_id}: {err}") from None
-    return [prompt for prompt, _ in pairs], [cont for _, cont in pairs]
 
 
 def shared_prefix(rows: Sequence[list[int]]) -> list[int]:
