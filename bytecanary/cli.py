@@ -26,6 +26,7 @@ from typing import Any, Literal
 from docstring_parser import parse as parse_docstring
 from jsonargparse import ArgumentError, ArgumentParser
 
+from bytecanary.data.parallel import Parallel
 from bytecanary.errors import BytecanaryError
 from bytecanary.settling import Tolerance
 from bytecanary.tracking import DEFAULT_PROJECT
@@ -35,19 +36,25 @@ DESCRIPTION = (
 )
 
 
-def prepare(*, config: str, out: str | None = None, verify: bool = False) -> int:
+def prepare(*, config: str, out: str | None = None, verify: bool = False, work: Parallel) -> int:
     """Corpus -> tokenizer -> token shards -> character snapshot -> eval sets.
 
-    Every stage is skipped when its output matches its inputs, so a rerun is a no-op.
+    Every stage is skipped when its output matches its inputs, so a rerun is a no-op; a killed
+    run resumes at the corpus files or chunks it had not finished.
 
     Args:
         config: data config, e.g. configs/data/default.yaml
         out: output folder (unset: data/<config name>)
         verify: also check every token shard against the hash in shards/index.json
+        work: how the parallel stages run
     """
+    from bytecanary.data.engine import Submitted
     from bytecanary.data.prepare import prepare as prepare_data
 
-    prepare_data(config, out, verify=verify)
+    try:
+        prepare_data(config, out, verify=verify, run=work)
+    except Submitted as submitted:
+        print(submitted)
     return 0
 
 

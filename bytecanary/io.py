@@ -243,3 +243,13 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         if old.is_symlink():  # rmtree refuses a link; the link itself is what was moved aside
             old.unlink()
         shutil.rmtree(old, ignore_errors=True)
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """``dst`` as a hard link to ``src`` (a copy where links are not allowed): a stage's
+    task folder keeps its files until the stage is in place, so a kill loses nothing."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)

@@ -1,9 +1,10 @@
 """The one place that checks a library's version where bytecanary relies on its private internals.
 
-Lightning and transformers give no public way to do three things bytecanary needs:
+Lightning, transformers and datatrove give no public way to do four things bytecanary needs:
 ``ScheduledCheckpoint`` overrides how ``ModelCheckpoint`` writes and links ``last.ckpt``,
 ``PerfMonitor`` overrides ``ThroughputMonitor``'s per-step hook, and the probes' decoder copies
-rows of one KV cache's layers into a preallocated ``StaticCache``. Private names change in
+rows of one KV cache's layers into a preallocated ``StaticCache``, and ``bytecanary prepare``
+marks a failed task unfinished in datatrove's task folder. Private names change in
 minor releases, and a renamed override is silently never called. So pyproject.toml pins the
 tested ranges below (a test checks they agree), and each of those places calls ``require``
 and ``require_attrs`` before it relies on the internals: outside the range, or with a name
@@ -28,7 +29,10 @@ from bytecanary.errors import BytecanaryError
 # engine handles).
 LIGHTNING = ">=2.5,<2.7"
 TRANSFORMERS = ">=5.0,<5.25"
-TESTED = {"lightning": LIGHTNING, "transformers": TRANSFORMERS}
+# datatrove 0.10.1: ``bytecanary prepare`` reads and clears its task folder's completion
+# markers (``completions/<rank>``) to retry failed tasks
+DATATROVE = ">=0.10,<0.11"
+TESTED = {"lightning": LIGHTNING, "transformers": TRANSFORMERS, "datatrove": DATATROVE}
 
 
 def installed(package: str) -> str | None:

@@ -16,7 +16,7 @@ import lightning as L
 import numpy as np
 import torch
 
-from bytecanary.data.shards import open_split
+from bytecanary.data.shards import TokenSeries, open_split
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_json
 
@@ -50,7 +50,7 @@ class ShardBatches:
 
     def __init__(
         self,
-        shards: list[np.ndarray],
+        shards: list[TokenSeries] | list[np.ndarray],
         weights: list[float] | np.ndarray,
         seq_len: int,
         batch_size: int,
@@ -142,10 +142,10 @@ class ShardDataModule(L.LightningDataModule):
         for split in ("train", "val"):  # a cut-off shard is an error now, not half the data later
             self._open(split)
 
-    def _open(self, split: str) -> list[np.memmap]:
+    def _open(self, split: str) -> list[TokenSeries]:
         shards = [
-            open_split(self.data_dir / "shards", lang, split, self.index["dtype"], e[split])
-            for lang, e in self.index["languages"].items()
+            open_split(self.data_dir / "shards", e[split], self.index["dtype"])
+            for e in self.index["languages"].values()
         ]
         for lang, shard in zip(self.languages, shards, strict=True):
             if len(shard) <= self.seq_len + 1:

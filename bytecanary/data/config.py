@@ -71,22 +71,42 @@ class DebianSource:
             raise ValueError("min_script_share must be in [0, 1]")
 
 
+FILE_SUFFIXES = (".parquet", ".jsonl", ".json", ".jsonl.gz", ".json.gz")
+
+
+@dataclass
+class FilesSource:
+    """A local folder of JSONL or Parquet files, such as a downloaded FineWeb: each file is
+    one task of the corpus stage, so workers (or SLURM array tasks) read their own files."""
+
+    path: str
+    """The folder."""
+    pattern: str = "**/*.parquet"
+    """Glob of the files below ``path`` (``.parquet``, ``.jsonl``, ``.json``, ``.jsonl.gz``)."""
+    text_column: str = "text"
+
+    def __post_init__(self) -> None:
+        if not any(self.pattern.endswith(s) for s in FILE_SUFFIXES):
+            raise ValueError(f"pattern must end in one of {', '.join(FILE_SUFFIXES)}")
+
+
 @dataclass
 class SourceConfig:
-    """Where one language's text comes from: exactly one of ``synthetic``, ``dataset`` or
-    ``debian``."""
+    """Where one language's text comes from: exactly one of ``synthetic``, ``dataset``,
+    ``debian`` or ``files``."""
 
     language: str
     synthetic: SyntheticSource | None = None
     dataset: DatasetSource | None = None
     debian: DebianSource | None = None
+    files: FilesSource | None = None
 
     def __post_init__(self) -> None:
         if self.language not in LANGUAGES:
             known = ", ".join(LANGUAGES)
             raise ValueError(f"language: unknown language {self.language!r} (known: {known})")
-        if sum(s is not None for s in (self.synthetic, self.dataset, self.debian)) != 1:
-            raise ValueError("give exactly one of 'synthetic', 'dataset' or 'debian'")
+        if sum(s is not None for s in (self.synthetic, self.dataset, self.debian, self.files)) != 1:
+            raise ValueError("give exactly one of 'synthetic', 'dataset', 'debian' or 'files'")
 
 
 @dataclass
@@ -129,6 +149,9 @@ class EvalSetConfig:
     wordcomp_per_language: int = 256
     """Embedded word-completion MCQA items per language: the pool a probe takes its first
     items from, so at least the largest ``embedded_per_language`` a probe will ask for."""
+    heldout_megabytes: float = 8.0
+    """Held-out text per language the Level 1 and word-completion sets are drawn from (the
+    first documents of the split), so their cost does not grow with the corpus."""
 
     def __post_init__(self) -> None:
         lo, hi = self.tier_mass
@@ -136,6 +159,8 @@ class EvalSetConfig:
             raise ValueError("eval.tier_mass must be two shares with 0 < first < second < 1")
         if self.tier_budget is not None and self.tier_budget not in self.snapshot_tokens:
             raise ValueError("eval.tier_budget must be one of eval.snapshot_tokens")
+        if self.heldout_megabytes <= 0:
+            raise ValueError(f"eval.heldout_megabytes must be positive, got {self.heldout_megabytes}")
         for name in ("max_per_tier", "level1_per_language", "wordcomp_per_language"):
             if getattr(self, name) < 1:  # 0 would write empty eval sets
                 raise ValueError(f"eval.{name} must be at least 1, got {getattr(self, name)}")
@@ -157,7 +182,10 @@ class DataConfig:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     eval: EvalSetConfig = field(default_factory=EvalSetConfig)
     encode_batch: int = 512
-    """Documents per ``encode_batch`` call when writing shards (both cores)."""
+    """Documents per ``encode_batch`` call when writing shards."""
+    chunk_megabytes: float = 256.0
+    """Text per corpus chunk, the unit of parallel work and of resume in the shard stage
+    (a chunk's shard is about half its size in tokens)."""
 
     def __post_init__(self) -> None:
         unknown = [lang for lang in self.mixture if lang not in LANGUAGES]
@@ -174,3 +202,5 @@ class DataConfig:
             raise ValueError(f"mixture: no weight for {sorted(covered - set(self.mixture))}")
         if not 0 < self.val_fraction < 1:
             raise ValueError("val_fraction must be in (0, 1)")
+        if self.chunk_megabytes <= 0:
+            raise ValueError("chunk_megabytes must be positive")

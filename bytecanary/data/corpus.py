@@ -10,19 +10,21 @@ rare CJK characters the UTF-8 probes need. Everything is seeded: same config, sa
 from __future__ import annotations
 
 import codecs
+import gzip
 import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from bytecanary.data.config import DatasetSource, SourceConfig, SyntheticSource
+from bytecanary.data.config import DatasetSource, FilesSource, SourceConfig, SyntheticSource
 from bytecanary.data.debian import debian_documents
 from bytecanary.data.languages import LANGUAGES, Language, is_word_of
-from bytecanary.errors import BytecanaryError
+from bytecanary.errors import BytecanaryError, described
 
 
 @dataclass(frozen=True)
@@ -172,11 +174,62 @@ def source_name(src: SourceConfig) -> str:
         return f"debian({', '.join(src.debian.packages)})"
     if src.synthetic is not None:
         return f"synthetic(wordfreq, {src.synthetic.megabytes} MB)"
+    if src.files is not None:
+        return f"files({src.files.path}/{src.files.pattern})"
     return f"{src.dataset.path}" + (f"/{src.dataset.name}" if src.dataset.name else "")
 
 
-def read_documents(path: Path) -> Iterator[str]:
-    """Documents of a corpus JSONL file written by the corpus stage."""
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            yield json.loads(line)["text"]
+def source_files(src: FilesSource, where: str) -> list[Path]:
+    """The files of a ``files`` source in name order (that order is the corpus order)."""
+    folder = Path(src.path).expanduser()
+    if not folder.is_dir():
+        raise BytecanaryError(f"{where}: files.path: {folder} is not a folder")
+    files = sorted(p for p in folder.glob(src.pattern) if p.is_file())
+    if not files:
+        raise BytecanaryError(f"{where}: files.pattern: no file in {folder} matches {src.pattern!r}")
+    return files
+
+
+def _json_rows(path: Path) -> Iterator[tuple[int, dict]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield number, json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise BytecanaryError(f"{path}: line {number}: not JSON ({err.msg})") from None
+
+
+def _parquet_texts(path: Path, column: str) -> Iterator[tuple[int, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+        if column not in parquet.schema_arrow.names:
+            names = ", ".join(parquet.schema_arrow.names)
+            raise BytecanaryError(f"{path}: text_column {column!r} not found (columns: {names})")
+        row = 0
+        for batch in parquet.iter_batches(columns=[column], batch_size=4096):
+            for text in batch.column(0).to_pylist():
+                row += 1
+                yield row, text
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise BytecanaryError(f"{path}: not a readable Parquet file ({described(err)})") from None
+
+
+def file_documents(path: Path, column: str) -> Iterator[tuple[int, str]]:
+    """(row number, text) of one local file; a bad row is one error naming file and row."""
+    if path.suffix == ".parquet":
+        rows = _parquet_texts(path, column)
+    else:
+        rows = ((n, row.get(column) if isinstance(row, dict) else None) for n, row in _json_rows(path))
+    try:
+        for number, text in rows:
+            if not isinstance(text, str):
+                kind = "nothing" if text is None else type(text).__name__
+                raise BytecanaryError(f"{path}: row {number}: text_column {column!r} holds {kind}, not text")
+            if text.strip():
+                yield number, text
+    except UnicodeDecodeError as err:
+        raise BytecanaryError(f"{path}: not UTF-8 ({err.reason})") from None

@@ -3,10 +3,11 @@
 Each stage writes into a temporary folder that replaces ``<out>/<stage>`` only when the
 stage has finished, with ``stage.json`` recording the hash of everything it read (its
 config slice and the hashes of the stages before it). A rerun skips every stage whose
-hash still matches and whose files are all there, so an interrupted run resumes at the
-stage it was in, a folder prepared by an older version gains the files it lacks, and no
-stage ever leaves a half-written file. The eval sets are the UTF-8 probes' Level 0 /
-Level 1 sets and the embedded MCQA pool (``wordcomp``).
+hash still matches and whose files are all there, so a folder prepared by an older
+version gains the files it lacks, and no stage ever leaves a half-written file. The
+corpus and shard stages run as parallel tasks (``engine``) in a task folder kept until
+the stage is done: a killed run resumes at the tasks it had not finished. The eval sets
+are the UTF-8 probes' Level 0 / Level 1 sets and the embedded MCQA pool (``wordcomp``).
 """
 
 from __future__ import annotations
@@ -14,24 +15,26 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterable
-from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.config import load_config
-from bytecanary.data import evalsets, shards, wordcomp
+from bytecanary.data import collect, engine, evalsets, mixture, shards, wordcomp
+from bytecanary.data.chunks import leading, split_chunks, split_documents
 from bytecanary.data.config import DataConfig
-from bytecanary.data.corpus import held_out, read_documents, source_documents, source_name
+from bytecanary.data.corpus import source_name
+from bytecanary.data.encode import Chunk, Encoder, counts_dict
 from bytecanary.data.languages import LANGUAGES
+from bytecanary.data.parallel import Parallel
 from bytecanary.data.tokenizer import save_tokenizer, train_tokenizer
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import atomic_dir, check_output, read_json, warn, write_json
+from bytecanary.io import atomic_dir, check_output, link_or_copy, read_json, warn, write_json
 
 STAGE_FILE = "stage.json"
 
@@ -41,11 +44,11 @@ def _hash(obj: object) -> str:
 
 
 def run_stage(
-    out: Path, name: str, key: dict, build: Callable[[Path], dict], outputs: Iterable[str] = ()
+    out: Path, name: str, key: dict, build: Callable[[Path, Path], dict], outputs: Iterable[str] = ()
 ) -> dict:
-    """Run ``build(tmp_dir) -> info`` unless ``out/name`` finished with the same key and
-    holds every file named in ``outputs`` (the key cannot tell that a newer version of a
-    stage writes more files)."""
+    """Run ``build(tmp_dir, task_dir) -> info`` unless ``out/name`` finished with the same key
+    and holds every file named in ``outputs`` (the key cannot tell that a newer version of a
+    stage writes more files). ``task_dir`` outlives a killed run of the same key."""
     stage_dir = out / name
     digest = _hash(key)
     meta_path = stage_dir / STAGE_FILE
@@ -58,13 +61,16 @@ def run_stage(
         if meta.get("hash") == digest and all((stage_dir / f).is_file() for f in outputs):
             print(f"[{name}] up to date, skipped")
             return meta
-    for stale in out.glob(f".{name}.*.tmp"):  # left by a run that was killed mid-stage
-        shutil.rmtree(stale, ignore_errors=True)
+    task_dir = out / f".{name}.{digest}.tasks"
+    for stale in [*out.glob(f".{name}.*.tmp"), *out.glob(f".{name}.*.tasks")]:  # a killed run's
+        if stale != task_dir:
+            shutil.rmtree(stale, ignore_errors=True)
     start = time.perf_counter()
     with atomic_dir(stage_dir) as tmp:
-        info = build(tmp)
+        info = build(tmp, task_dir)
         meta = {"hash": digest, "seconds": round(time.perf_counter() - start, 1), **info}
         write_json(tmp / STAGE_FILE, meta)
+    shutil.rmtree(task_dir, ignore_errors=True)
     print(f"[{name}] done in {meta['seconds']:.1f} s")
     return meta
 
@@ -72,30 +78,24 @@ def run_stage(
 # --- stages ---------------------------------------------------------------------------
 
 
-def _corpus(cfg: DataConfig, tmp: Path) -> dict:
+def _corpus(cfg: DataConfig, tmp: Path, tasks: Path, run: Parallel) -> dict:
+    found, sizes = collect.items(cfg)
+    results = engine.run_tasks(
+        collect.Collector(cfg, str(tasks / "chunks")), found, sizes, tasks, run, "corpus"
+    )
     stats = {lang: {s: {"documents": 0, "bytes": 0} for s in shards.SPLITS} for lang in cfg.mixture}
-    with ExitStack() as stack:
-        files = {}
-        for lang in cfg.mixture:
-            (tmp / lang).mkdir()
-            for split in shards.SPLITS:
-                path = tmp / lang / f"{split}.jsonl"
-                files[lang, split] = stack.enter_context(open(path, "w", encoding="utf-8"))
-        for i, src in enumerate(cfg.sources):
-            rng = np.random.default_rng([cfg.seed, 2, i])
-            desc = f"corpus {src.language} [{i}]"
-            with tqdm(desc=desc, unit="B", unit_scale=True, leave=False) as bar:
-                for doc in source_documents(src, i, cfg.seed):
-                    if doc.key is None:
-                        split = "val" if rng.random() < cfg.val_fraction else "train"
-                    else:  # by page identity: a page's translations share its split
-                        split = "val" if held_out(doc.key, cfg.seed, cfg.val_fraction) else "train"
-                    row = {"text": doc.text} if doc.key is None else {"text": doc.text, "key": doc.key}
-                    files[src.language, split].write(json.dumps(row, ensure_ascii=False) + "\n")
-                    size = len(doc.text.encode("utf-8"))
-                    stats[src.language][split]["documents"] += 1
-                    stats[src.language][split]["bytes"] += size
-                    bar.update(size)
+    for result in results:
+        for split, counted in result["splits"].items():
+            for field, value in counted.items():
+                stats[result["language"]][split][field] += value
+    for path in sorted((tasks / "chunks").rglob("*.jsonl")):
+        link_or_copy(path, tmp / path.relative_to(tasks / "chunks"))
+    for lang in cfg.mixture:
+        if not split_chunks(tmp, lang, "train") or not split_chunks(tmp, lang, "val"):
+            empty = "train" if not split_chunks(tmp, lang, "train") else "val"
+            raise BytecanaryError(
+                f"sources ({lang}): no {empty} documents; give more text or change val_fraction"
+            )
     return {"languages": stats}
 
 
@@ -104,7 +104,7 @@ def _tokenizer_texts(cfg: DataConfig, corpus_dir: Path) -> list[str]:
     texts = []
     for lang, weight in cfg.mixture.items():
         budget = (cfg.tokenizer.train_megabytes or float("inf")) * 1e6 * weight
-        for doc in read_documents(corpus_dir / lang / "train.jsonl"):
+        for doc in split_documents(corpus_dir, lang, "train"):
             if budget <= 0:
                 break
             texts.append(doc)
@@ -117,22 +117,30 @@ def _tokenizer(cfg: DataConfig, corpus_dir: Path, tmp: Path) -> dict:
     return {"tokenizer_hash": save_tokenizer(tok, tmp), "vocab_size": len(tok)}
 
 
-def _shards(cfg: DataConfig, corpus_dir: Path, tok_dir: Path, tok_meta: dict, tmp: Path) -> dict:
+def _shards(cfg: DataConfig, out: Path, tok_meta: dict, tmp: Path, tasks: Path, run: Parallel) -> dict:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
-    codec = ByteCodec.from_tokenizer(tok)
+    tok = AutoTokenizer.from_pretrained(str(out / "tokenizer"))
     dtype = shards.token_dtype(len(tok))
-    encoded, doc_bytes = {}, {}
-    for lang in cfg.mixture:
-        for split in shards.SPLITS:
-            docs = list(read_documents(corpus_dir / lang / f"{split}.jsonl"))
-            doc_bytes[lang, split] = np.array([len(d.encode("utf-8")) for d in docs], dtype=np.int64)
-            encoded[lang, split] = shards.encode_documents(
-                tok, docs, cfg.encode_batch, dtype, desc=f"encode {lang} {split}"
-            )
-    available = {lang: len(encoded[lang, "train"].ids) for lang in cfg.mixture}
+    corpus = out / "corpus"
+    chunks = [
+        Chunk(lang, split, path.stem)
+        for lang in cfg.mixture
+        for split in shards.SPLITS
+        for path in split_chunks(corpus, lang, split)
+    ]
+    sizes = [c.corpus_file(corpus).stat().st_size for c in chunks]
+    encoder = Encoder(
+        str(corpus), str(out / "tokenizer"), str(tasks / "shards"), dtype.name, cfg.encode_batch
+    )
+    records = dict(zip(chunks, engine.run_tasks(encoder, chunks, sizes, tasks, run, "shards"), strict=True))
+    mine: dict[tuple[str, str], list[Chunk]] = {(c.lang, c.split): [] for c in chunks}
+    for chunk in chunks:
+        mine[chunk.lang, chunk.split].append(chunk)
+    available = {lang: sum(records[c]["tokens"] for c in mine[lang, "train"]) for lang in cfg.mixture}
     targets = shards.mixture_cut(available, cfg.mixture)
+    is_byte = ByteCodec.from_tokenizer(tok).is_byte_token
+    folders = (tasks / "shards", tmp, corpus)
     index: dict = {
         "tokenizer_hash": tok_meta["tokenizer_hash"],
         "dtype": dtype.name,
@@ -141,16 +149,11 @@ def _shards(cfg: DataConfig, corpus_dir: Path, tok_dir: Path, tok_meta: dict, tm
         "languages": {},
     }
     for lang in cfg.mixture:
-        train = encoded[lang, "train"]
-        keep = shards.docs_within(train.doc_tokens(), targets[lang])
-        entry = {"sources": [source_name(s) for s in cfg.sources if s.language == lang]}
-        for split, enc in (("train", train.head(keep)), ("val", encoded[lang, "val"])):
-            entry[split] = shards.write_split(tmp, lang, split, enc)
-            entry[split]["bytes"] = int(doc_bytes[lang, split][: len(enc.starts)].sum())
-            entry[split]["byte_fallback_rate"] = (
-                float(codec.is_byte_token[enc.ids].mean()) if len(enc.ids) else 0.0
-            )
-        entry["train"]["documents_available"] = len(train.starts)
+        entry: dict = {"sources": [source_name(s) for s in cfg.sources if s.language == lang]}
+        for split, target in (("train", targets[lang]), ("val", None)):
+            group = mine[lang, split]
+            entry[split] = mixture.cut_split(folders, group, [records[c] for c in group], target, is_byte)
+        entry["train"]["documents_available"] = sum(records[c]["documents"] for c in mine[lang, "train"])
         index["languages"][lang] = entry
     total = sum(e["train"]["tokens"] for e in index["languages"].values())
     for entry in index["languages"].values():
@@ -159,32 +162,18 @@ def _shards(cfg: DataConfig, corpus_dir: Path, tok_dir: Path, tok_meta: dict, tm
     return {"index": "index.json", "train_tokens": total}
 
 
-def _snapshot(cfg: DataConfig, corpus_dir: Path, shard_dir: Path, tmp: Path) -> dict:
-    index = json.loads((shard_dir / "index.json").read_text(encoding="utf-8"))
+def _snapshot(cfg: DataConfig, out: Path, tmp: Path) -> dict:
+    index = read_json(out / "shards" / "index.json")
     budgets: dict[str, dict] = {}
     for budget in ["all", *map(str, cfg.eval.snapshot_tokens)]:
         languages = {}
         for lang, weight in cfg.mixture.items():
-            starts = np.load(shard_dir / lang / "train.idx.npy")
-            n_tokens = index["languages"][lang]["train"]["tokens"]
-            doc_tokens = np.diff(np.append(starts, n_tokens))
-            keep = (
-                len(starts) if budget == "all" else shards.docs_within(doc_tokens, int(int(budget) * weight))
-            )
-            docs = read_documents(corpus_dir / lang / "train.jsonl")
-            counts = evalsets.count_characters(
-                tqdm(
-                    (next(docs) for _ in range(keep)),
-                    total=keep,
-                    desc=f"snapshot {budget} {lang}",
-                    leave=False,
-                )
-            )
-            languages[lang] = {
-                "tokens": int(doc_tokens[:keep].sum()),
-                "characters": sum(counts.values()),
-                "counts": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
-            }
+            entry = index["languages"][lang]["train"]
+            chunks = [Chunk(lang, "train", Path(f["path"]).stem) for f in entry["files"]]
+            target = None if budget == "all" else int(int(budget) * weight)
+            tokens, counts = mixture.counts_within(out / "shards", out / "corpus", chunks, entry, target)
+            found = counts_dict(counts)
+            languages[lang] = {"tokens": tokens, "characters": sum(found.values()), "counts": found}
         budgets[budget] = {
             "tokens": sum(v["tokens"] for v in languages.values()),
             "languages": languages,
@@ -203,7 +192,8 @@ def _evalsets(cfg: DataConfig, corpus_dir: Path, snapshot_dir: Path, tok_dir: Pa
     budget = str(cfg.eval.tier_budget) if cfg.eval.tier_budget is not None else "all"
     level1: list[evalsets.Level1Sample] = []
     sizes: dict[str, dict] = {}
-    for lang in tqdm(cfg.mixture, desc="eval sets", leave=False):
+    heldout_bytes = int(cfg.eval.heldout_megabytes * 1e6)
+    for lang in tqdm(cfg.mixture, desc="eval sets", leave=False, disable=not sys.stderr.isatty()):
         counts = snapshot["budgets"][budget]["languages"][lang]["counts"]
         language = LANGUAGES[lang]
         level0 = evalsets.build_level0(counts, language, cfg.eval.tier_mass, cfg.eval.max_per_tier, cfg.seed)
@@ -211,7 +201,7 @@ def _evalsets(cfg: DataConfig, corpus_dir: Path, snapshot_dir: Path, tok_dir: Pa
         tiers = evalsets.tier_characters(counts, language, cfg.eval.tier_mass)
         targets = {c: t for t in ("rare", "unseen") for c in tiers[t]}
         samples = evalsets.build_level1(
-            read_documents(corpus_dir / lang / "val.jsonl"),
+            leading(split_documents(corpus_dir, lang, "val"), heldout_bytes),
             level0,
             targets,
             cfg.eval.level1_per_language,
@@ -219,7 +209,7 @@ def _evalsets(cfg: DataConfig, corpus_dir: Path, snapshot_dir: Path, tok_dir: Pa
             cfg.seed,
         )
         level1 += samples
-        heldout = read_documents(corpus_dir / lang / "val.jsonl")
+        heldout = leading(split_documents(corpus_dir, lang, "val"), heldout_bytes)
         items, dropped = wordcomp.build_items(heldout, lang, cfg.eval.wordcomp_per_language, cfg.seed, tok)
         wordcomp.write_items(tmp / wordcomp.file_name(lang), items)
         sizes[lang] = {
@@ -235,10 +225,15 @@ def _evalsets(cfg: DataConfig, corpus_dir: Path, snapshot_dir: Path, tok_dir: Pa
 # --- the command ----------------------------------------------------------------------
 
 
-def prepare(config_path: str | Path, out: str | Path | None = None, verify: bool = False) -> Path:
+def prepare(
+    config_path: str | Path, out: str | Path | None = None, verify: bool = False, run: Parallel | None = None
+) -> Path:
     """Run every stage that is not up to date; print the summary; return the data folder.
-    ``verify``: also check every shard against its hash in ``index.json``."""
+    ``verify``: also check every shard against its hash in ``index.json``; ``run``: how the
+    parallel stages run (default: one worker per core of this machine)."""
     cfg = load_config(DataConfig, config_path)
+    run = run or Parallel()
+    run.processes()  # a bad count stops here, before any stage
     out = check_output(Path(out) if out is not None else Path("data") / cfg.name, folder=True)
     out.mkdir(exist_ok=True)
     corpus_key = {
@@ -246,25 +241,19 @@ def prepare(config_path: str | Path, out: str | Path | None = None, verify: bool
         "val_fraction": cfg.val_fraction,
         "sources": asdict(cfg)["sources"],
         "languages": sorted(cfg.mixture),
+        "chunk_megabytes": cfg.chunk_megabytes,
     }
-    corpus = run_stage(out, "corpus", corpus_key, lambda tmp: _corpus(cfg, tmp))
+    corpus = run_stage(out, "corpus", corpus_key, lambda tmp, tasks: _corpus(cfg, tmp, tasks, run))
     tok_key = {"corpus": corpus["hash"], "tokenizer": asdict(cfg.tokenizer), "mixture": cfg.mixture}
-    tok = run_stage(out, "tokenizer", tok_key, lambda tmp: _tokenizer(cfg, out / "corpus", tmp))
+    tok = run_stage(out, "tokenizer", tok_key, lambda tmp, _: _tokenizer(cfg, out / "corpus", tmp))
     shard_key = {
         "corpus": corpus["hash"],
         "tokenizer": tok["tokenizer_hash"],
         "mixture": cfg.mixture,
     }
-    shard = run_stage(
-        out,
-        "shards",
-        shard_key,
-        lambda tmp: _shards(cfg, out / "corpus", out / "tokenizer", tok, tmp),
-    )
+    shard = run_stage(out, "shards", shard_key, lambda tmp, tasks: _shards(cfg, out, tok, tmp, tasks, run))
     snap_key = {"shards": shard["hash"], "budgets": cfg.eval.snapshot_tokens}
-    snap = run_stage(
-        out, "snapshot", snap_key, lambda tmp: _snapshot(cfg, out / "corpus", out / "shards", tmp)
-    )
+    snap = run_stage(out, "snapshot", snap_key, lambda tmp, _: _snapshot(cfg, out, tmp))
     # the tokenizer is in the snapshot's hash already; named here because the word-completion
     # pools read it, so folders whose pools predate token matching rebuild them
     eval_key = {
@@ -279,7 +268,7 @@ def prepare(config_path: str | Path, out: str | Path | None = None, verify: bool
         out,
         "evalsets",
         eval_key,
-        lambda tmp: _evalsets(cfg, out / "corpus", out / "snapshot", out / "tokenizer", tmp),
+        lambda tmp, _: _evalsets(cfg, out / "corpus", out / "snapshot", out / "tokenizer", tmp),
         eval_files,
     )
     print(summary(cfg, out, tok, evals))
@@ -291,7 +280,7 @@ def prepare(config_path: str | Path, out: str | Path | None = None, verify: bool
 def summary(cfg: DataConfig, out: Path, tok: dict, evals: dict) -> str:
     """The end-of-run table: tokens, bytes, mixture, byte-fallback rate, eval-set sizes
     (a short ``wordcomp`` pool means the held-out text ran out of words)."""
-    index = json.loads((out / "shards" / "index.json").read_text(encoding="utf-8"))
+    index = read_json(out / "shards" / "index.json")
     head = f"{'lang':<5}{'train tok':>11}{'val tok':>9}{'train MB':>9}{'mix cfg':>8}"
     head += f"{'mix real':>9}{'byte-fb':>8}"
     head += "".join(f"{t:>10}" for t in evalsets.TIERS) + f"{'L1 held/tpl':>13}{'wordcomp':>9}"

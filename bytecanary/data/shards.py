@@ -1,21 +1,20 @@
-"""Token shards: one flat memory-mapped token file per language and split (nanoGPT style).
+"""Token shards: memory-mapped token files, one per corpus chunk (nanoGPT style, split).
 
-``<lang>/train.bin`` holds the documents' token ids back to back, each followed by eos,
-as uint16 (uint32 when the vocabulary exceeds 65535); ``<lang>/train.idx.npy`` holds the
-start offset of every document. The training split is cut at a document boundary so the
-languages' token counts follow the configured mixture. ``index.json`` records each shard's
-length in bytes and its SHA-256: opening a shard checks the length (a cut-off file would
-train on part of the data), ``bytecanary prepare --verify`` the hash.
+``<lang>/<split>/<chunk>.bin`` holds the chunk's documents' token ids back to back, each
+followed by eos, as uint16 (uint32 when the vocabulary exceeds 65535), and
+``<chunk>.idx.npy`` the start offset of every document. A split is its files in name
+order. The training split is cut at a document boundary so the languages' token counts
+follow the configured mixture. ``index.json`` lists each file with its length in bytes and
+its SHA-256: opening a split checks the lengths (a cut-off file would train on part of the
+data), ``bytecanary prepare --verify`` the hashes.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_json
@@ -25,42 +24,6 @@ SPLITS = ("train", "val")
 
 def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
-
-
-@dataclass
-class Encoded:
-    """Token ids of a list of documents, eos appended to each."""
-
-    ids: np.ndarray  # (tokens,) all documents back to back
-    starts: np.ndarray  # (documents,) offset of each document in ids
-
-    def doc_tokens(self) -> np.ndarray:
-        return np.diff(np.append(self.starts, len(self.ids)))
-
-    def head(self, n_docs: int) -> Encoded:
-        end = int(self.starts[n_docs]) if n_docs < len(self.starts) else len(self.ids)
-        return Encoded(self.ids[:end], self.starts[:n_docs])
-
-
-def encode_documents(
-    tokenizer, docs: list[str], batch: int, dtype: np.dtype, desc: str = "encode"
-) -> Encoded:
-    """Encode with ``encode_batch_fast`` (Rust threads on every core, no offsets),
-    ``batch`` documents a call, each followed by eos."""
-    backend = tokenizer.backend_tokenizer
-    eos = tokenizer.eos_token_id
-    parts: list[np.ndarray] = []
-    lengths: list[int] = []
-    for lo in tqdm(range(0, len(docs), batch), desc=desc, unit="batch", leave=False):
-        flat: list[int] = []
-        for enc in backend.encode_batch_fast(docs[lo : lo + batch], add_special_tokens=False):
-            flat += enc.ids
-            flat.append(eos)
-            lengths.append(len(enc.ids) + 1)
-        parts.append(np.array(flat, dtype=dtype))
-    ids = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
-    starts = np.cumsum([0, *lengths[:-1]], dtype=np.int64) if lengths else np.zeros(0, np.int64)
-    return Encoded(ids, starts)
 
 
 def mixture_cut(tokens: dict[str, int], weights: dict[str, float]) -> dict[str, int]:
@@ -79,7 +42,7 @@ def docs_within(doc_tokens: np.ndarray, target: int) -> int:
     return max(n, 1)
 
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
@@ -87,54 +50,76 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_split(out_dir: Path, lang: str, split: str, enc: Encoded) -> dict:
-    """Write ``<lang>/<split>.bin`` and its document index; return their index entry."""
-    (out_dir / lang).mkdir(parents=True, exist_ok=True)
-    path = out_dir / lang / f"{split}.bin"
-    enc.ids.tofile(path)
-    np.save(out_dir / lang / f"{split}.idx.npy", enc.starts)
-    return {
-        "path": f"{lang}/{split}.bin",
-        "documents": len(enc.starts),
-        "tokens": len(enc.ids),
-        "file_bytes": path.stat().st_size,
-        "sha256": _sha256(path),
-    }
+class TokenSeries:
+    """A language's split as one token sequence over its memory-mapped shard files: a
+    slice that spans two files is joined, so samplers index it like one array."""
+
+    def __init__(self, parts: list[np.ndarray]) -> None:
+        self.parts = parts
+        self.ends = np.cumsum([len(p) for p in parts], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        start, stop, _ = key.indices(len(self))
+        first = int(np.searchsorted(self.ends, start, side="right"))
+        pieces = []
+        while start < stop:
+            offset = int(self.ends[first - 1]) if first else 0
+            end = min(stop, int(self.ends[first]))
+            pieces.append(self.parts[first][start - offset : end - offset])
+            start, first = end, first + 1
+        if len(pieces) == 1:
+            return pieces[0]
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=self.parts[0].dtype)
+
+    def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
+        """The whole split in memory (for tests and small tools, not for training)."""
+        return np.asarray(self[0 : len(self)], dtype=dtype)
 
 
-def open_split(shard_dir: Path, lang: str, split: str, dtype: str, entry: dict) -> np.memmap:
-    """Memory-map one shard read-only, checked to be as long as its ``index.json`` ``entry``
-    says (older indexes, without ``file_bytes``: ``tokens`` of ``dtype``)."""
-    path = Path(shard_dir) / lang / f"{split}.bin"
-    expected = entry.get("file_bytes", entry["tokens"] * np.dtype(dtype).itemsize)
-    size = path.stat().st_size if path.is_file() else None
-    if size != expected:
-        found = "missing" if size is None else f"{size:,} bytes"
-        raise BytecanaryError(
-            f"{path}: {found}, index.json says {expected:,} (truncated?); "
-            f"delete {shard_dir} and rerun `bytecanary prepare`"
-        )
-    return np.memmap(path, dtype=np.dtype(dtype), mode="r")
+def split_files(entry: dict) -> list[dict]:
+    """An index entry's shard files; a folder prepared with one file per split lists that one."""
+    return entry.get("files", [entry])
+
+
+def open_split(shard_dir: Path, split_entry: dict, dtype: str) -> TokenSeries:
+    """Memory-map a split's shards read-only, each checked to be as long as ``index.json``
+    says (an entry without ``file_bytes``: ``tokens`` of ``dtype``)."""
+    parts = []
+    for entry in split_files(split_entry):
+        path = Path(shard_dir) / entry["path"]
+        expected = entry.get("file_bytes", entry["tokens"] * np.dtype(dtype).itemsize)
+        size = path.stat().st_size if path.is_file() else None
+        if size != expected:
+            found = "missing" if size is None else f"{size:,} bytes"
+            raise BytecanaryError(
+                f"{path}: {found}, index.json says {expected:,} (truncated?); "
+                f"delete {shard_dir} and rerun `bytecanary prepare`"
+            )
+        parts.append(np.memmap(path, dtype=np.dtype(dtype), mode="r") if expected else np.zeros(0, dtype))
+    return TokenSeries(parts)
 
 
 def verify(shard_dir: Path) -> int:
     """Check every shard of ``shard_dir/index.json`` against its recorded SHA-256; returns how many."""
     index = read_json(Path(shard_dir) / "index.json")
     checked = 0
-    for lang, entry in index["languages"].items():
+    for entry in index["languages"].values():
         for split in SPLITS:
-            path = Path(shard_dir) / entry[split]["path"]
-            recorded = entry[split].get("sha256")
-            if recorded is None:
-                raise BytecanaryError(
-                    f"{shard_dir / 'index.json'}: no hashes (prepared by an older bytecanary); "
-                    f"delete {shard_dir} and rerun `bytecanary prepare`"
-                )
-            open_split(shard_dir, lang, split, index["dtype"], entry[split])  # the length first: cheap
-            if _sha256(path) != recorded:
-                raise BytecanaryError(
-                    f"{path}: contents differ from index.json's hash (corrupt or modified); "
-                    f"delete {shard_dir} and rerun `bytecanary prepare`"
-                )
-            checked += 1
+            open_split(shard_dir, entry[split], index["dtype"])  # the lengths first: cheap
+            for file in split_files(entry[split]):
+                path = Path(shard_dir) / file["path"]
+                if file.get("sha256") is None:
+                    raise BytecanaryError(
+                        f"{shard_dir / 'index.json'}: no hashes (prepared by an older bytecanary); "
+                        f"delete {shard_dir} and rerun `bytecanary prepare`"
+                    )
+                if sha256(path) != file["sha256"]:
+                    raise BytecanaryError(
+                        f"{path}: contents differ from index.json's hash (corrupt or modified); "
+                        f"delete {shard_dir} and rerun `bytecanary prepare`"
+                    )
+                checked += 1
     return checked

@@ -56,7 +56,7 @@ sources:
         (("ja: 0.5}", "ja: 0.4}"), r"mixture: weights sum to 0.9, not 1"),
         (
             ("megabytes: 1}}\n", "megabytes: 1}, debian: {packages: [p], paths: ['*']}}\n"),
-            r"sources\[0\]: give exactly one of 'synthetic', 'dataset' or 'debian'",
+            r"sources\[0\]: give exactly one of 'synthetic', 'dataset', 'debian' or 'files'",
         ),
         (
             ("ja, synthetic: {megabytes: 1}}", "ja, debian: {packages: [], paths: [x]}}"),

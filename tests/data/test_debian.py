@@ -11,9 +11,11 @@ import pytest
 
 from bytecanary.config import from_dict
 from bytecanary.data import debian
+from bytecanary.data.chunks import split_chunks
 from bytecanary.data.config import DataConfig, DebianSource
 from bytecanary.data.corpus import held_out, source_documents
 from bytecanary.data.languages import LANGUAGES
+from bytecanary.data.parallel import Parallel
 from bytecanary.data.prepare import _corpus, prepare
 from bytecanary.errors import BytecanaryError
 
@@ -118,11 +120,11 @@ def test_a_page_and_its_translations_share_a_split(tmp_path):
     cache, out = tmp_path / "cache", tmp_path / "corpus"
     write_help_tree(cache)
     out.mkdir()
-    info = _corpus(data_config(cache), out)
+    info = _corpus(data_config(cache), out, tmp_path / "tasks", Parallel(workers=1))
     keys = {}
     for lang in FOLDERS:
         for split in ("train", "val"):
-            rows = [json.loads(line) for line in (out / lang / f"{split}.jsonl").read_text().splitlines()]
+            rows = [json.loads(line) for path in split_chunks(out, lang, split) for line in path.open()]
             keys[lang, split] = {r["key"] for r in rows}
             assert info["languages"][lang][split]["documents"] == len(rows)
     assert all(keys[lang, "val"] == keys["en", "val"] for lang in FOLDERS)

@@ -13,7 +13,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from bytecanary.data import evalsets, wordcomp
-from bytecanary.data.corpus import read_documents
+from bytecanary.data.chunks import split_documents
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.data.prepare import prepare
 
@@ -38,10 +38,19 @@ def test_shards_decode_to_the_corpus_documents(small_data):
     index = _index(small_data)
     for lang, entry in index["languages"].items():
         for split in ("train", "val"):
-            ids = np.memmap(small_data / "shards" / entry[split]["path"], dtype=index["dtype"], mode="r")
-            starts = np.load(small_data / "shards" / lang / f"{split}.idx.npy")
+            files = entry[split]["files"]
+            ids = np.concatenate(
+                [np.fromfile(small_data / "shards" / f["path"], index["dtype"]) for f in files]
+            )
+            offsets = np.cumsum([0] + [f["tokens"] for f in files])
+            starts = np.concatenate(
+                [
+                    np.load(small_data / "shards" / f["path"].replace(".bin", ".idx.npy")) + o
+                    for f, o in zip(files, offsets, strict=False)
+                ]
+            )
             assert len(ids) == entry[split]["tokens"] and len(starts) == entry[split]["documents"]
-            docs = read_documents(small_data / "corpus" / lang / f"{split}.jsonl")
+            docs = split_documents(small_data / "corpus", lang, split)
             ends = np.append(starts[1:], len(ids))
             for start, end, doc in zip(starts[:20], ends[:20], docs, strict=False):
                 assert ids[end - 1] == tok.eos_token_id
@@ -51,8 +60,8 @@ def test_shards_decode_to_the_corpus_documents(small_data):
 
 def test_validation_documents_never_enter_training(small_data):
     for lang in SMALL["mixture"]:
-        train = set(read_documents(small_data / "corpus" / lang / "train.jsonl"))
-        val = list(read_documents(small_data / "corpus" / lang / "val.jsonl"))
+        train = set(split_documents(small_data / "corpus", lang, "train"))
+        val = list(split_documents(small_data / "corpus", lang, "val"))
         assert val and not train.intersection(val)
 
 
@@ -90,7 +99,7 @@ def test_level1_sentences_come_from_heldout_text(small_data):
     for lang in SMALL["mixture"]:
         mine = [s for s in samples if s.language == lang]
         assert len(mine) == SMALL["eval"]["level1_per_language"]
-        val_text = "\n".join(read_documents(small_data / "corpus" / lang / "val.jsonl"))
+        val_text = "\n".join(split_documents(small_data / "corpus", lang, "val"))
         for s in mine:
             assert s.sentence_prompt.endswith(s.term) and s.tier in ("rare", "unseen")
             assert s.source == "template" or s.sentence_prompt in val_text
@@ -159,4 +168,6 @@ def test_bad_source_writes_nothing(tmp_path):
     cfg = write_config(tmp_path / "bad.yaml", sources=sources)
     with pytest.raises(BytecanaryError, match=r"sources\[3\] \(zh\): text_column 'text' not found"):
         prepare(cfg, tmp_path / "data")
-    assert not any(p.is_file() for p in (tmp_path / "data").rglob("*"))
+    # no stage is written; only the hidden task folder of the sources that finished, to resume from
+    written = [p.relative_to(tmp_path / "data") for p in (tmp_path / "data").rglob("*") if p.is_file()]
+    assert written and all(p.parts[0].startswith(".corpus.") for p in written)

@@ -10,7 +10,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from bytecanary.data import wordcomp
-from bytecanary.data.corpus import read_documents, word_distribution
+from bytecanary.data.chunks import split_documents
+from bytecanary.data.corpus import word_distribution
 from bytecanary.data.evalsets import sentences
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.data.prepare import prepare
@@ -29,13 +30,12 @@ def reference_items(data_dir: Path, language: str, n: int, seed: int, tok: Any) 
     first half and give the question the gold ending's token count under ``tok``, each
     encoded on its own as the probe encodes a text."""
     lang = LANGUAGES[language]
-    path = Path(data_dir) / "corpus" / language / "val.jsonl"
     minimum = 4 if language == "en" else 2
     vocab = [w for w in word_distribution(language, 20_000)[0] if len(w) >= minimum]
     known = set(vocab)
     longest = max(map(len, vocab))
     found: list[tuple[str, str]] = []
-    for doc in read_documents(path):
+    for doc in split_documents(Path(data_dir) / "corpus", language, "val"):
         for sentence in sentences(doc, lang):
             if lang.word_separator:
                 pos = 0
@@ -127,7 +127,7 @@ def test_distractors_match_the_gold_token_count_and_are_no_words(small_data, tok
 def test_dropped_occurrences_are_counted(small_data, gpt2_tokenizer):
     """The test suite's 400-token GPT-2 tokenizer splits Korean into bytes: some endings
     find no three distractors of their token count, and those occurrences are dropped."""
-    docs = list(read_documents(small_data / "corpus" / "ko" / "val.jsonl"))
+    docs = list(split_documents(small_data / "corpus", "ko", "val"))
     items, dropped = wordcomp.build_items(docs, "ko", POOL, SMALL["seed"], gpt2_tokenizer)
     want, want_dropped = reference_items(small_data, "ko", POOL, SMALL["seed"], gpt2_tokenizer)
     assert [(i["question"], tuple(i["choices"]), i["answer"]) for i in items] == want
@@ -147,7 +147,7 @@ def test_file_shape(small_data):
 
 
 def test_pool_size_bounds_the_items(small_data, tok):
-    docs = list(read_documents(small_data / "corpus" / "ko" / "val.jsonl"))
+    docs = list(split_documents(small_data / "corpus", "ko", "val"))
     few, _ = wordcomp.build_items(docs, "ko", 5, SMALL["seed"], tok)
     assert few == wordcomp.load_items(_pool(small_data, "ko"))[:5]
     assert wordcomp.build_items(docs, "ko", 5, SMALL["seed"] + 1, tok)[0] != few

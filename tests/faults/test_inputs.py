@@ -15,17 +15,22 @@ from ..conftest import write_config
 from .conftest import micro_config, one_error
 
 
+def _first_shard(data, lang: str, split: str):
+    index = json.loads((data / "shards" / "index.json").read_text())
+    return data / "shards" / index["languages"][lang][split]["files"][0]["path"]
+
+
 @pytest.fixture
 def broken_data(small_data, tmp_path):
     """A copy of the prepared data whose ja training shard lost its second half."""
     data = shutil.copytree(small_data, tmp_path / "data")
-    shard = data / "shards" / "ja" / "train.bin"
+    shard = _first_shard(data, "ja", "train")
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     return data
 
 
 def test_a_truncated_shard_stops_training_and_verify(broken_data, tmp_path, capsys):
-    shard = broken_data / "shards" / "ja" / "train.bin"
+    shard = _first_shard(broken_data, "ja", "train")
     config = micro_config(tmp_path / "micro.yaml", broken_data, tmp_path / "runs")
     assert main(["train", "--config", str(config), "--run.name", "t"]) == 2
     one_error(capsys.readouterr().err, str(shard), "index.json says")
@@ -37,7 +42,7 @@ def test_a_truncated_shard_stops_training_and_verify(broken_data, tmp_path, caps
 
 def test_verify_finds_a_shard_altered_in_place(small_data, tmp_path, capsys):
     data = shutil.copytree(small_data, tmp_path / "data")
-    shard = data / "shards" / "ko" / "val.bin"
+    shard = _first_shard(data, "ko", "val")
     raw = bytearray(shard.read_bytes())
     raw[100] ^= 0xFF
     shard.write_bytes(bytes(raw))

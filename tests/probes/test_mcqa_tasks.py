@@ -5,7 +5,8 @@ import json
 import pytest
 
 from bytecanary.data import wordcomp
-from bytecanary.data.corpus import read_documents, word_distribution
+from bytecanary.data.chunks import split_documents
+from bytecanary.data.corpus import word_distribution
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes.mcqa.tasks import McqaItem, TaskSource, load_task, word_completion_items
 
@@ -127,7 +128,7 @@ def test_embedded_word_completion_items(small_data):
         ]
         assert [i.answer for i in items] == [k % 4 for k in range(12)]  # positions balanced
         words = set(word_distribution(lang, 20_000)[0])
-        held_out = "\n".join(read_documents(small_data / "corpus" / lang / "val.jsonl"))
+        held_out = "\n".join(split_documents(small_data / "corpus", lang, "val"))
         for item in items:
             right = item.choices[item.answer]
             assert item.task == f"wordcomp_{lang}" and item.language == lang

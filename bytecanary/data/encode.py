@@ -1,0 +1,145 @@
+"""The shard stage's task: one corpus chunk to token ids, in one pass over its text.
+
+While it encodes, a task counts what later steps need, so nothing reads the text again:
+tokens per document, byte-fallback tokens, UTF-8 bytes, the SHA-256 of the shard, and (for
+the training split) every character's count, from the code points of each batch of
+documents at once. Memory is one batch of documents, whatever the chunk's size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bytecanary.bytecodec import ByteCodec
+from bytecanary.data.chunks import read_documents
+from bytecanary.data.engine import Reporter
+
+CODE_POINTS = 0x110000
+
+
+def character_counts(texts: Iterable[str]) -> np.ndarray:
+    """Occurrences of every code point in ``texts`` (length ``CODE_POINTS``)."""
+    joined = "".join(texts)
+    points = np.frombuffer(joined.encode("utf-32-le"), dtype="<u4")
+    return np.bincount(points, minlength=CODE_POINTS)
+
+
+def save_counts(path: Path, counts: np.ndarray) -> None:
+    """Only the characters that occur: a chunk's alphabet, not 1.1M zeros."""
+    seen = np.flatnonzero(counts)
+    with open(path.with_suffix(".tmp"), "wb") as f:
+        np.savez(f, points=seen.astype(np.uint32), counts=counts[seen].astype(np.int64))
+    os.replace(path.with_suffix(".tmp"), path)
+
+
+def load_counts(path: Path) -> np.ndarray:
+    with np.load(path) as saved:
+        counts = np.zeros(CODE_POINTS, dtype=np.int64)
+        counts[saved["points"]] = saved["counts"]
+    return counts
+
+
+def counts_dict(counts: np.ndarray) -> dict[str, int]:
+    """Character -> count, most frequent first (ties by character)."""
+    seen = np.flatnonzero(counts)
+    pairs = sorted(((chr(int(p)), int(counts[p])) for p in seen), key=lambda kv: (-kv[1], kv[0]))
+    return dict(pairs)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One corpus chunk to encode: ``<lang>/<split>/<name>`` below the corpus and shard folders."""
+
+    lang: str
+    split: str
+    name: str
+
+    def corpus_file(self, corpus_dir: Path) -> Path:
+        return Path(corpus_dir) / self.lang / self.split / f"{self.name}.jsonl"
+
+    def shard_file(self, shard_dir: Path, suffix: str = ".bin") -> Path:
+        return Path(shard_dir) / self.lang / self.split / f"{self.name}{suffix}"
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """What every task of the stage shares (picklable, for the worker processes)."""
+
+    corpus_dir: str
+    tokenizer_dir: str
+    out_dir: str
+    dtype: str
+    batch: int
+
+    def __call__(self, chunk: Chunk, report: Reporter) -> dict:
+        """Encode ``chunk``; write its shard, document offsets and (training split) character counts."""
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(self.tokenizer_dir)
+        is_byte = ByteCodec.from_tokenizer(tok).is_byte_token
+        path = chunk.shard_file(self.out_dir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        counts = np.zeros(CODE_POINTS, dtype=np.int64) if chunk.split == "train" else None
+        digest = hashlib.sha256()
+        lengths: list[int] = []
+        totals = {"bytes": 0, "byte_tokens": 0}
+        with open(path.with_suffix(".tmp"), "wb") as out:
+            for docs in batches(read_documents(chunk.corpus_file(self.corpus_dir)), self.batch):
+                ids = encode_batch(tok, docs, self.dtype, lengths)
+                raw = ids.tobytes()
+                out.write(raw)
+                digest.update(raw)
+                totals["byte_tokens"] += int(is_byte[ids].sum())
+                size = sum(len(d.encode("utf-8")) for d in docs)
+                totals["bytes"] += size
+                if counts is not None:
+                    counts += character_counts(docs)
+                report(size)
+        os.replace(path.with_suffix(".tmp"), path)
+        starts = np.cumsum([0, *lengths[:-1]], dtype=np.int64) if lengths else np.zeros(0, np.int64)
+        _save_array(chunk.shard_file(self.out_dir, ".idx.npy"), starts)
+        if counts is not None:
+            save_counts(chunk.shard_file(self.out_dir, ".chars.npz"), counts)
+        tokens = int(sum(lengths))
+        return {
+            "documents": len(lengths),
+            "tokens": tokens,
+            "file_bytes": tokens * np.dtype(self.dtype).itemsize,
+            "sha256": digest.hexdigest(),
+            **totals,
+        }
+
+
+def batches(docs: Iterable[str], size: int) -> Iterable[list[str]]:
+    batch: list[str] = []
+    for doc in docs:
+        batch.append(doc)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def encode_batch(tok, docs: list[str], dtype: str, lengths: list[int]) -> np.ndarray:
+    """Token ids of ``docs`` back to back, each followed by eos (``encode_batch_fast``: no
+    offsets); appends each document's token count to ``lengths``."""
+    eos = tok.eos_token_id
+    flat: list[int] = []
+    for enc in tok.backend_tokenizer.encode_batch_fast(docs, add_special_tokens=False):
+        flat += enc.ids
+        flat.append(eos)
+        lengths.append(len(enc.ids) + 1)
+    return np.array(flat, dtype=dtype)
+
+
+def _save_array(path: Path, array: np.ndarray) -> None:
+    with open(path.with_suffix(".tmp"), "wb") as f:
+        np.save(f, array)
+    os.replace(path.with_suffix(".tmp"), path)
