@@ -4,10 +4,11 @@ plain single-process pass, and a projection for ``configs/data/paper.yaml``.
 Each corpus is a folder of JSONL files per language in the paper's mixture (en 10%, ja/ko/zh
 30% each), what a cluster user has after downloading FineWeb; the text is the synthetic
 source's, generated once and cycled. Each run is ``bytecanary prepare --workers N`` as a
-user launches it, in a fresh output folder; peak RSS is the sum over the command's whole
-process tree, sampled every 0.1 s. The reference is a plain pass in one process: read each
-document, encode it, write its ids, nothing held. The checks the issue sets are printed with
-the share of their limit reached.
+user launches it, in a fresh output folder; peak memory is the PSS summed over the
+command's whole process tree (a forked child's shared pages count once), sampled every
+0.1 s. The reference is a plain pass in one process: read each document, encode it, write
+its ids, nothing held. The checks the issue sets are printed with the share of their limit
+reached.
 
     python benchmarks/prepare_throughput.py [--sizes 100,1000] [--workers 1,2] [--work /tmp/prep]
 """
@@ -76,40 +77,58 @@ def write_config(path: Path, corpus: Path) -> None:
     path.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
 
 
-def tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and every process below it (from /proc)."""
+def memory(pid: int) -> int:
+    """Proportional set size of one process: pages it shares with its forked parent count
+    once over the tree, where summing RSS would count them in every process."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def tree_memory(pid: int) -> int:
+    """Memory of ``pid`` and every process below it (PSS, from /proc)."""
     parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            parents[int(entry.name)] = int(fields[1])
-            rss[int(entry.name)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, IndexError, ValueError):
-            continue
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
     tree, frontier = {pid}, [pid]
     while frontier:
         parent = frontier.pop()
         children = [p for p, pp in parents.items() if pp == parent and p not in tree]
         tree.update(children)
         frontier += children
-    return sum(rss.get(p, 0) for p in tree)
+    return sum(memory(p) for p in tree)
 
 
-def measured(cmd: list[str], env: dict) -> tuple[float, int]:
-    """(wall seconds, peak RSS of the process tree) of a command run to completion."""
+def running_stage(out: Path | None) -> str:
+    """The first stage of ``out`` without a ``stage.json``: the one running now."""
+    if out is None:
+        return "-"
+    return next((s for s in STAGES if not (out / s / "stage.json").exists()), "summary")
+
+
+def measured(cmd: list[str], env: dict, out: Path | None = None) -> tuple[float, int, str]:
+    """(wall seconds, peak memory of the process tree, the stage running at the peak) of a
+    command run to completion."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak = 0
+    peak, at = 0, "-"
     while proc.poll() is None:
-        peak = max(peak, tree_rss(proc.pid))
+        now = tree_memory(proc.pid)
+        if now > peak:
+            peak, at = now, running_stage(out)
         time.sleep(0.1)
     seconds = time.perf_counter() - start
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr.read()}")
-    return seconds, peak
+    return seconds, peak, at
 
 
 def plain_pass(corpus: Path, tokenizer: Path, out: Path) -> None:
@@ -134,7 +153,7 @@ def run_prepare(work: Path, megabytes: int, workers: int) -> dict:
     subprocess.run(["rm", "-rf", str(out)], check=True)
     env = {**os.environ, "TQDM_DISABLE": "1"}
     cmd = [sys.executable, "-m", "bytecanary.cli", "prepare", "--config", str(config), "--out", str(out)]
-    seconds, peak = measured([*cmd, "--workers", str(workers)], env)
+    seconds, peak, at = measured([*cmd, "--workers", str(workers)], env, out)
     stages = {s: json.loads((out / s / "stage.json").read_text())["seconds"] for s in STAGES}
     size = sum(p.stat().st_size for p in corpus.rglob("*.jsonl"))
     return {
@@ -142,6 +161,7 @@ def run_prepare(work: Path, megabytes: int, workers: int) -> dict:
         "workers": workers,
         "seconds": seconds,
         "peak": peak,
+        "peak_stage": at,
         "stages": stages,
         "bytes": size,
     }
@@ -162,16 +182,18 @@ def main() -> None:
         f"{platform.processor() or platform.machine()}"
     )
     rows = [run_prepare(work, mb, w) for mb in sizes for w in counts]
-    head = f"{'corpus':>7}{'workers':>8}{'wall s':>8}{'MB/s':>7}{'MB/s/core':>10}{'peak RSS':>10}"
+    head = f"{'corpus':>7}{'workers':>8}{'wall s':>8}{'MB/s':>7}{'MB/s/core':>10}{'peak PSS':>10}{'(in)':>10}"
     print(head + "".join(f"{s:>10}" for s in STAGES))
     for r in rows:
         rate = r["bytes"] / 1e6 / r["seconds"]
         line = f"{r['mb']:>5}MB{r['workers']:>8}{r['seconds']:>8.1f}{rate:>7.2f}{rate / r['workers']:>10.2f}"
-        line += f"{r['peak'] / 2**20:>7.0f}MiB" + "".join(f"{r['stages'][s]:>9.1f}s" for s in STAGES)
+        line += f"{r['peak'] / 2**20:>7.0f}MiB{r['peak_stage']:>10}" + "".join(
+            f"{r['stages'][s]:>9.1f}s" for s in STAGES
+        )
         print(line)
     smallest = min(sizes)
     ref_out = work / "plain.bin"
-    ref_seconds, ref_peak = measured(
+    ref_seconds, ref_peak, _ = measured(
         [
             sys.executable,
             __file__,
@@ -201,7 +223,7 @@ def checks(rows: list[dict], sizes: list[int], counts: list[int]) -> None:
     for w in counts:
         ratio = by[large, w]["peak"] / by[small, w]["peak"]
         print(
-            f"peak RSS {large} MB / {small} MB, {w} worker(s): {ratio:.2f}x "
+            f"peak memory {large} MB / {small} MB, {w} worker(s): {ratio:.2f}x "
             f"(limit 1.3x: {ratio / 1.3:.0%} of it)"
         )
     if 1 in counts and 2 in counts:

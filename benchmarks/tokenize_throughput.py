@@ -58,7 +58,10 @@ def main() -> None:
 
     start = time.perf_counter()
     lengths: list[int] = []
-    ours = np.concatenate([encode_batch(tok, b, dtype.name, lengths) for b in batches(docs, args.batch)])
+    backend, eos = tok.backend_tokenizer, tok.eos_token_id
+    ours = np.concatenate(
+        [encode_batch(backend, eos, b, dtype.name, lengths) for b in batches(docs, args.batch)]
+    )
     t_ours = time.perf_counter() - start
 
     flat = np.concatenate([np.asarray([*ids, tok.eos_token_id], dtype=dtype) for ids in ref])

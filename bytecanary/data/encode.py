@@ -13,10 +13,10 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from bytecanary.bytecodec import ByteCodec
 from bytecanary.data.chunks import read_documents
 from bytecanary.data.engine import Reporter
 
@@ -69,20 +69,25 @@ class Chunk:
 
 @dataclass(frozen=True)
 class Encoder:
-    """What every task of the stage shares (picklable, for the worker processes)."""
+    """What every task of the stage shares (picklable, for the worker processes). The
+    tokenizer is read with ``tokenizers`` alone: a worker starts without importing
+    ``transformers``, whose fast tokenizers wrap the same object."""
 
     corpus_dir: str
     tokenizer_dir: str
     out_dir: str
     dtype: str
     batch: int
+    eos_id: int
+    byte_ids: tuple[int, ...]
 
     def __call__(self, chunk: Chunk, report: Reporter) -> dict:
         """Encode ``chunk``; write its shard, document offsets and (training split) character counts."""
-        from transformers import AutoTokenizer
+        from tokenizers import Tokenizer
 
-        tok = AutoTokenizer.from_pretrained(self.tokenizer_dir)
-        is_byte = ByteCodec.from_tokenizer(tok).is_byte_token
+        tok = Tokenizer.from_file(str(Path(self.tokenizer_dir) / "tokenizer.json"))
+        is_byte = np.zeros(tok.get_vocab_size(with_added_tokens=True), dtype=bool)
+        is_byte[list(self.byte_ids)] = True
         path = chunk.shard_file(self.out_dir)
         path.parent.mkdir(parents=True, exist_ok=True)
         counts = np.zeros(CODE_POINTS, dtype=np.int64) if chunk.split == "train" else None
@@ -91,7 +96,7 @@ class Encoder:
         totals = {"bytes": 0, "byte_tokens": 0}
         with open(path.with_suffix(".tmp"), "wb") as out:
             for docs in batches(read_documents(chunk.corpus_file(self.corpus_dir)), self.batch):
-                ids = encode_batch(tok, docs, self.dtype, lengths)
+                ids = encode_batch(tok, self.eos_id, docs, self.dtype, lengths)
                 raw = ids.tobytes()
                 out.write(raw)
                 digest.update(raw)
@@ -127,14 +132,13 @@ def batches(docs: Iterable[str], size: int) -> Iterable[list[str]]:
         yield batch
 
 
-def encode_batch(tok, docs: list[str], dtype: str, lengths: list[int]) -> np.ndarray:
-    """Token ids of ``docs`` back to back, each followed by eos (``encode_batch_fast``: no
-    offsets); appends each document's token count to ``lengths``."""
-    eos = tok.eos_token_id
+def encode_batch(tok: Any, eos_id: int, docs: list[str], dtype: str, lengths: list[int]) -> np.ndarray:
+    """Token ids of ``docs`` back to back, each followed by eos (a ``tokenizers.Tokenizer``'s
+    ``encode_batch_fast``: no offsets); appends each document's token count to ``lengths``."""
     flat: list[int] = []
-    for enc in tok.backend_tokenizer.encode_batch_fast(docs, add_special_tokens=False):
+    for enc in tok.encode_batch_fast(docs, add_special_tokens=False):
         flat += enc.ids
-        flat.append(eos)
+        flat.append(eos_id)
         lengths.append(len(enc.ids) + 1)
     return np.array(flat, dtype=dtype)
 

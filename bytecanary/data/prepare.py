@@ -130,8 +130,15 @@ def _shards(cfg: DataConfig, out: Path, tok_meta: dict, tmp: Path, tasks: Path, 
         for path in split_chunks(corpus, lang, split)
     ]
     sizes = [c.corpus_file(corpus).stat().st_size for c in chunks]
+    codec = ByteCodec.from_tokenizer(tok)
     encoder = Encoder(
-        str(corpus), str(out / "tokenizer"), str(tasks / "shards"), dtype.name, cfg.encode_batch
+        str(corpus),
+        str(out / "tokenizer"),
+        str(tasks / "shards"),
+        dtype.name,
+        cfg.encode_batch,
+        tok.eos_token_id,
+        tuple(int(i) for i in codec.byte_ids),
     )
     records = dict(zip(chunks, engine.run_tasks(encoder, chunks, sizes, tasks, run, "shards"), strict=True))
     mine: dict[tuple[str, str], list[Chunk]] = {(c.lang, c.split): [] for c in chunks}
@@ -139,7 +146,7 @@ def _shards(cfg: DataConfig, out: Path, tok_meta: dict, tmp: Path, tasks: Path, 
         mine[chunk.lang, chunk.split].append(chunk)
     available = {lang: sum(records[c]["tokens"] for c in mine[lang, "train"]) for lang in cfg.mixture}
     targets = shards.mixture_cut(available, cfg.mixture)
-    is_byte = ByteCodec.from_tokenizer(tok).is_byte_token
+    is_byte = codec.is_byte_token
     folders = (tasks / "shards", tmp, corpus)
     index: dict = {
         "tokenizer_hash": tok_meta["tokenizer_hash"],
