@@ -155,6 +155,7 @@ def run_prepare(work: Path, megabytes: int, workers: int) -> dict:
     cmd = [sys.executable, "-m", "bytecanary.cli", "prepare", "--config", str(config), "--out", str(out)]
     seconds, peak, at = measured([*cmd, "--workers", str(workers)], env, out)
     stages = {s: json.loads((out / s / "stage.json").read_text())["seconds"] for s in STAGES}
+    stages["shard tasks"] = json.loads((out / "shards" / "stage.json").read_text())["task_seconds"]
     size = sum(p.stat().st_size for p in corpus.rglob("*.jsonl"))
     return {
         "mb": megabytes,
@@ -228,10 +229,13 @@ def checks(rows: list[dict], sizes: list[int], counts: list[int]) -> None:
         )
     if 1 in counts and 2 in counts:
         for mb in sizes:
-            speedup = by[mb, 1]["stages"]["shards"] / by[mb, 2]["stages"]["shards"]
+            one, two = by[mb, 1]["stages"], by[mb, 2]["stages"]
+            speedup = one["shards"] / two["shards"]
+            tasks = one["shard tasks"] / two["shard tasks"]
             print(
-                f"shard stage, {mb} MB: 2 workers {speedup:.2f}x one "
-                f"(target >= 1.7x: {speedup / 1.7:.0%} of it)"
+                f"shard stage, {mb} MB: 2 workers {speedup:.2f}x one (target >= 1.7x: "
+                f"{speedup / 1.7:.0%} of it); its tasks {tasks:.2f}x, the serial merge after them "
+                f"{one['shards'] - one['shard tasks']:.1f} s"
             )
     best = by[large, max(counts)]
     parallel = best["stages"]["corpus"] + best["stages"]["shards"]

@@ -1,8 +1,9 @@
 """Tokenisation throughput: prepare's batched encoding vs a single-process encode loop.
 
 Both encode the same documents with the same trained tokenizer and must produce the
-same ids; ours is ``bytecanary.data.shards.encode_documents`` (``encode_batch`` on every
-core, ``--batch`` documents a call), the reference calls ``tokenizer.encode`` per document.
+same ids; ours is ``bytecanary.data.encode.encode_batch`` (``encode_batch_fast``, ``--batch``
+documents a call, on the tokenizer's threads), the reference calls ``tokenizer.encode`` per
+document. The shard stage runs it one thread per worker: ``prepare_throughput.py``.
 
     python benchmarks/tokenize_throughput.py [--data data/default] [--megabytes 8]
 """

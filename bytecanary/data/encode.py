@@ -12,6 +12,7 @@ import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +84,7 @@ class Encoder:
 
     def __call__(self, chunk: Chunk, report: Reporter) -> dict:
         """Encode ``chunk``; write its shard, document offsets and (training split) character counts."""
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_file(str(Path(self.tokenizer_dir) / "tokenizer.json"))
+        tok = _tokenizer(str(Path(self.tokenizer_dir) / "tokenizer.json"))
         is_byte = np.zeros(tok.get_vocab_size(with_added_tokens=True), dtype=bool)
         is_byte[list(self.byte_ids)] = True
         path = chunk.shard_file(self.out_dir)
@@ -119,6 +118,15 @@ class Encoder:
             "sha256": digest.hexdigest(),
             **totals,
         }
+
+
+@lru_cache(maxsize=1)
+def _tokenizer(path: str) -> Any:
+    """One tokenizer per worker process: loading one per chunk grows the process by a few MB
+    each time (memory the allocator keeps), which a long stage would notice."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(path)
 
 
 def batches(docs: Iterable[str], size: int) -> Iterable[list[str]]:

@@ -140,7 +140,9 @@ def _shards(cfg: DataConfig, out: Path, tok_meta: dict, tmp: Path, tasks: Path, 
         tok.eos_token_id,
         tuple(int(i) for i in codec.byte_ids),
     )
+    start = time.perf_counter()
     records = dict(zip(chunks, engine.run_tasks(encoder, chunks, sizes, tasks, run, "shards"), strict=True))
+    task_seconds = round(time.perf_counter() - start, 1)
     mine: dict[tuple[str, str], list[Chunk]] = {(c.lang, c.split): [] for c in chunks}
     for chunk in chunks:
         mine[chunk.lang, chunk.split].append(chunk)
@@ -166,7 +168,7 @@ def _shards(cfg: DataConfig, out: Path, tok_meta: dict, tmp: Path, tasks: Path, 
     for entry in index["languages"].values():
         entry["train"]["share"] = entry["train"]["tokens"] / total
     write_json(tmp / "index.json", index)
-    return {"index": "index.json", "train_tokens": total}
+    return {"index": "index.json", "train_tokens": total, "task_seconds": task_seconds}
 
 
 def _snapshot(cfg: DataConfig, out: Path, tmp: Path) -> dict:
