@@ -9,7 +9,6 @@ documents at once. Memory is one batch of documents, whatever the chunk's size.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,6 +19,7 @@ import numpy as np
 
 from bytecanary.data.chunks import read_documents
 from bytecanary.data.engine import Reporter
+from bytecanary.io import atomic_path
 
 CODE_POINTS = 0x110000
 
@@ -34,9 +34,8 @@ def character_counts(texts: Iterable[str]) -> np.ndarray:
 def save_counts(path: Path, counts: np.ndarray) -> None:
     """Only the characters that occur: a chunk's alphabet, not 1.1M zeros."""
     seen = np.flatnonzero(counts)
-    with open(path.with_suffix(".tmp"), "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, points=seen.astype(np.uint32), counts=counts[seen].astype(np.int64))
-    os.replace(path.with_suffix(".tmp"), path)
 
 
 def load_counts(path: Path) -> np.ndarray:
@@ -93,7 +92,7 @@ class Encoder:
         digest = hashlib.sha256()
         lengths: list[int] = []
         totals = {"bytes": 0, "byte_tokens": 0}
-        with open(path.with_suffix(".tmp"), "wb") as out:
+        with atomic_path(path) as tmp, open(tmp, "wb") as out:
             for docs in batches(read_documents(chunk.corpus_file(self.corpus_dir)), self.batch):
                 ids = encode_batch(tok, self.eos_id, docs, self.dtype, lengths)
                 raw = ids.tobytes()
@@ -105,7 +104,6 @@ class Encoder:
                 if counts is not None:
                     counts += character_counts(docs)
                 report(size)
-        os.replace(path.with_suffix(".tmp"), path)
         starts = np.cumsum([0, *lengths[:-1]], dtype=np.int64) if lengths else np.zeros(0, np.int64)
         _save_array(chunk.shard_file(self.out_dir, ".idx.npy"), starts)
         if counts is not None:
@@ -152,6 +150,5 @@ def encode_batch(tok: Any, eos_id: int, docs: list[str], dtype: str, lengths: li
 
 
 def _save_array(path: Path, array: np.ndarray) -> None:
-    with open(path.with_suffix(".tmp"), "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.save(f, array)
-    os.replace(path.with_suffix(".tmp"), path)

@@ -46,6 +46,13 @@ def doc_lengths(shard_dir: Path, chunk: Chunk, tokens: int) -> np.ndarray:
     return np.diff(np.append(_starts(shard_dir, chunk), tokens))
 
 
+def _kept(shard_dir: Path, chunks: list[Chunk], tokens: list[int], target: int | None) -> tuple[int, int]:
+    """(chunks kept whole, documents kept of the next) for ``target`` tokens (None: all)."""
+    if target is None:
+        return len(chunks), 0
+    return chunked_docs_within(tokens, lambda c: doc_lengths(shard_dir, chunks[c], tokens[c]), target)
+
+
 def cut_split(
     folders: tuple[Path, Path, Path],
     chunks: list[Chunk],
@@ -57,24 +64,18 @@ def cut_split(
     stage, corpus), keeping the documents that come closest to ``target`` tokens (None:
     all); return its index entry. ``is_byte``: which token ids are byte-fallback tokens."""
     work, out, _ = folders
-    if target is None:
-        whole, part = len(chunks), 0
-    else:
-        tokens = [r["tokens"] for r in records]
-        whole, part = chunked_docs_within(tokens, lambda c: doc_lengths(work, chunks[c], tokens[c]), target)
-    files, totals = [], {"documents": 0, "tokens": 0, "bytes": 0, "byte_tokens": 0}
-    for chunk, record in zip(chunks[:whole], records[:whole], strict=True):
+    whole, part = _kept(work, chunks, [r["tokens"] for r in records], target)
+    for chunk in chunks[:whole]:
         for suffix in (".bin", ".idx.npy", ".chars.npz"):
             if chunk.shard_file(work, suffix).exists():
                 link_or_copy(chunk.shard_file(work, suffix), chunk.shard_file(out, suffix))
-        files.append(_file_entry(chunk, record))
-        for key in totals:
-            totals[key] += record[key]
+    kept = list(zip(chunks[:whole], records[:whole], strict=True))
     if part:
-        record = _cut_chunk(folders, chunks[whole], records[whole], part, is_byte)
-        files.append(_file_entry(chunks[whole], record))
-        for key in totals:
-            totals[key] += record[key]
+        kept.append((chunks[whole], _cut_chunk(folders, chunks[whole], records[whole], part, is_byte)))
+    files = [_file_entry(chunk, record) for chunk, record in kept]
+    totals = {
+        key: sum(record[key] for _, record in kept) for key in ("documents", "tokens", "bytes", "byte_tokens")
+    }
     rate = totals["byte_tokens"] / totals["tokens"] if totals["tokens"] else 0.0
     return {
         "files": files,
@@ -122,12 +123,7 @@ def counts_within(
     """(tokens, character counts) of a training split's leading documents that come closest
     to ``target`` tokens (None: the whole split), from the chunks' saved counts."""
     tokens = [f["tokens"] for f in entry["files"]]
-    if target is None:
-        whole, part = len(chunks), 0
-    else:
-        whole, part = chunked_docs_within(
-            tokens, lambda c: doc_lengths(shard_dir, chunks[c], tokens[c]), target
-        )
+    whole, part = _kept(shard_dir, chunks, tokens, target)
     counts = np.zeros(CODE_POINTS, dtype=np.int64)
     for chunk in chunks[:whole]:
         counts += load_counts(chunk.shard_file(shard_dir, ".chars.npz"))

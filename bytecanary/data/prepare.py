@@ -91,11 +91,11 @@ def _corpus(cfg: DataConfig, tmp: Path, tasks: Path, run: Parallel) -> dict:
     for path in sorted((tasks / "chunks").rglob("*.jsonl")):
         link_or_copy(path, tmp / path.relative_to(tasks / "chunks"))
     for lang in cfg.mixture:
-        if not split_chunks(tmp, lang, "train") or not split_chunks(tmp, lang, "val"):
-            empty = "train" if not split_chunks(tmp, lang, "train") else "val"
-            raise BytecanaryError(
-                f"sources ({lang}): no {empty} documents; give more text or change val_fraction"
-            )
+        for split in shards.SPLITS:
+            if not split_chunks(tmp, lang, split):
+                raise BytecanaryError(
+                    f"sources ({lang}): no {split} documents; give more text or change val_fraction"
+                )
     return {"languages": stats}
 
 
@@ -123,12 +123,12 @@ def _shards(cfg: DataConfig, out: Path, tok_meta: dict, tmp: Path, tasks: Path, 
     tok = AutoTokenizer.from_pretrained(str(out / "tokenizer"))
     dtype = shards.token_dtype(len(tok))
     corpus = out / "corpus"
-    chunks = [
-        Chunk(lang, split, path.stem)
+    mine = {
+        (lang, split): [Chunk(lang, split, path.stem) for path in split_chunks(corpus, lang, split)]
         for lang in cfg.mixture
         for split in shards.SPLITS
-        for path in split_chunks(corpus, lang, split)
-    ]
+    }
+    chunks = [chunk for group in mine.values() for chunk in group]
     sizes = [c.corpus_file(corpus).stat().st_size for c in chunks]
     codec = ByteCodec.from_tokenizer(tok)
     encoder = Encoder(
@@ -143,12 +143,8 @@ def _shards(cfg: DataConfig, out: Path, tok_meta: dict, tmp: Path, tasks: Path, 
     start = time.perf_counter()
     records = dict(zip(chunks, engine.run_tasks(encoder, chunks, sizes, tasks, run, "shards"), strict=True))
     task_seconds = round(time.perf_counter() - start, 1)
-    mine: dict[tuple[str, str], list[Chunk]] = {(c.lang, c.split): [] for c in chunks}
-    for chunk in chunks:
-        mine[chunk.lang, chunk.split].append(chunk)
     available = {lang: sum(records[c]["tokens"] for c in mine[lang, "train"]) for lang in cfg.mixture}
     targets = shards.mixture_cut(available, cfg.mixture)
-    is_byte = codec.is_byte_token
     folders = (tasks / "shards", tmp, corpus)
     index: dict = {
         "tokenizer_hash": tok_meta["tokenizer_hash"],
@@ -161,7 +157,9 @@ def _shards(cfg: DataConfig, out: Path, tok_meta: dict, tmp: Path, tasks: Path, 
         entry: dict = {"sources": [source_name(s) for s in cfg.sources if s.language == lang]}
         for split, target in (("train", targets[lang]), ("val", None)):
             group = mine[lang, split]
-            entry[split] = mixture.cut_split(folders, group, [records[c] for c in group], target, is_byte)
+            entry[split] = mixture.cut_split(
+                folders, group, [records[c] for c in group], target, codec.is_byte_token
+            )
         entry["train"]["documents_available"] = sum(records[c]["documents"] for c in mine[lang, "train"])
         index["languages"][lang] = entry
     total = sum(e["train"]["tokens"] for e in index["languages"].values())
