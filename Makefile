@@ -7,8 +7,15 @@ PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX_URL ?=
 STAMP := $(VENV)/.installed
+# the GPU machine's image, rehearsed on this CPU (docs/gpus.md): its Python (3.12) where one is
+# found, its packages (benchmarks/gpu_image.txt), and what benchmarks/gpu_wheels.sh carries
+GPU_VENV ?= .venv-gpu
+GPU_CARRY ?= gpu_carry
+GPU_PYTHON ?= $(firstword $(foreach p,python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12),\
+	$(shell $(p) -c 'import sys; print(sys.version_info[:2] == (3, 12))' 2>/dev/null | grep -q True && echo $(p))) python3)
+GPU_STAMP := $(GPU_VENV)/.installed
 
-.PHONY: venv demo test test-slow lint format clean
+.PHONY: venv demo test test-slow gpu-carry lint format clean
 
 venv: $(STAMP)
 
@@ -30,13 +37,24 @@ demo: $(STAMP)
 # everything but the 355M preset's runs on CPU; no test has a wall-clock limit, so a loaded
 # machine makes it slower, not red
 test: $(STAMP) lint
-	$(PY) -m pytest -m "not compile and not big"
+	$(PY) -m pytest -m "not compile and not big and not rehearsal"
 
 # the 355M preset on CPU (markers big and compile): one optimizer step eager and with
 # torch.compile (about 100 s of inductor compilation), its export and its probe; minutes on
-# a quiet machine, far longer where the CPU has no bf16 units or others share it. CI runs it too
-test-slow: $(STAMP)
-	$(PY) -m pytest -m "compile or big"
+# a quiet machine, far longer where the CPU has no bf16 units or others share it. Then the
+# GPU check rehearsed in the GPU image's packages (marker rehearsal). CI runs it too
+test-slow: $(STAMP) $(GPU_STAMP) gpu-carry
+	$(PY) -m pytest -m "compile or big or rehearsal"
+
+$(GPU_STAMP): benchmarks/gpu_image.txt
+	rm -rf $(GPU_VENV)
+	$(GPU_PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install -q --upgrade pip
+	$(GPU_VENV)/bin/python -m pip install -q -r benchmarks/gpu_image.txt
+	touch $(GPU_STAMP)
+
+gpu-carry: $(STAMP)
+	benchmarks/gpu_wheels.sh $(GPU_CARRY)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -47,4 +65,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(GPU_VENV) $(GPU_CARRY) .pytest_cache .ruff_cache

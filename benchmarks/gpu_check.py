@@ -17,9 +17,11 @@ runs it, on ``configs/gpt2-355m.yaml`` (bf16-mixed, torch.compile):
    records files hold the same pairs with the same smooth metrics (one GPU: skipped);
 4. a few steps with ``configs/strategy/fsdp.yaml`` (FSDP on one GPU), its checkpoint exported.
 
-``--smoke`` runs the same on a CPU with a tiny model, a few steps and a small corpus it
-prepares itself, step 3 with two CPU processes (under a minute on 2 cores; ``make test``
-runs it, tests/test_gpu_check.py).
+On a GPU each part has a time budget (``BUDGETS``, about 8 minutes in all): a part that runs
+past it is killed, recorded as an error, and the next part runs. ``--smoke`` runs the same on
+a CPU with a tiny model, a few steps and a small corpus it prepares itself, step 3 with two
+CPU processes, without budgets (under a minute on 2 cores; ``make test`` runs it,
+tests/test_gpu_check.py). On the GPU machine's own image, ``benchmarks/gpu_run.sh`` runs it.
 
     python benchmarks/gpu_check.py [--out gpu_check.json] [--data data/default] [--batch-size 64]
     python benchmarks/gpu_check.py --smoke --out /tmp/gpu_check.json
@@ -28,9 +30,12 @@ runs it, tests/test_gpu_check.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -43,9 +48,12 @@ from pathlib import Path
 from typing import Any
 
 import lightning
+import numpy
+import tokenizers
 import torch
 import transformers
 import yaml
+from gpu_compare import StepFailed, close, compare_records, ok
 
 from bytecanary import keys
 from bytecanary.io import read_jsonl
@@ -55,10 +63,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "configs" / "gpt2-355m.yaml"
 FSDP = ROOT / "configs" / "strategy" / "fsdp.yaml"
 SERIES = 420  # checkpoints of a long series, whose probing cost step 1 estimates
-AGREE = 1e-4  # relative: how far another launch's smooth metrics may be from one process's
-# absolute: probability masses are summed in float32, whose rounding differs with the thread
-# count, and a spread of near-equal ones (p_valid_se) is all rounding
-AGREE_ABS = 1e-6
+# seconds per part on a GPU: compile, 200 steps and two checkpoints' probes; an export and
+# a probe; a few FSDP steps; the 2-rank series (2+ GPUs only)
+BUDGETS = {"run": 270, "export_and_probe": 75, "fsdp": 75, "series_ranks": 60}
 # the default corpus, else one that needs no network (a GPU machine may have none)
 DATA_CONFIGS = (ROOT / "configs" / "data" / "default.yaml", ROOT / "configs" / "data" / "synthetic.yaml")
 PROBES = yaml.safe_load(PRESET.read_text(encoding="utf-8"))["probes"]  # the preset's own, cadences included
@@ -100,6 +107,7 @@ class Plan:
     fsdp_steps: int
     probes: list[dict[str, Any]]
     flags: list[str] = field(default_factory=list)  # extra `bytecanary train` flags
+    budgets: dict[str, float] = field(default_factory=dict)  # seconds per part; none: no limit
 
 
 def gpu_plan(batch_size: int | None) -> Plan:
@@ -107,7 +115,7 @@ def gpu_plan(batch_size: int | None) -> Plan:
     memory = torch.cuda.get_device_properties(0).total_memory
     default = 64 if memory > 100 * 2**30 else 32
     one = ["--trainer.devices=1"]  # the preset's `auto` would take every GPU
-    return Plan(batch_size or default, steps=200, log_every=10, fsdp_steps=30, probes=PROBES, flags=one)
+    return Plan(batch_size or default, 200, 10, 30, PROBES, flags=one, budgets=BUDGETS)
 
 
 def smoke_plan() -> Plan:
@@ -116,19 +124,46 @@ def smoke_plan() -> Plan:
     return Plan(4, steps=12, log_every=2, fsdp_steps=0, probes=SMOKE_PROBES, flags=[*arch, *cpu])
 
 
-class StepFailed(RuntimeError):
-    pass
+@dataclass
+class Budget:
+    """The part running now: its budget in seconds (None: no limit) and when it started."""
+
+    seconds: float | None = None
+    started: float = 0.0
+
+    def left(self) -> float | None:
+        return None if self.seconds is None else max(self.seconds - (time.perf_counter() - self.started), 0.0)
 
 
-def bytecanary(*args: str, timeout: float = 1800, ranks: int = 1) -> float:
-    """Run ``bytecanary ARGS`` as a user would (``ranks`` > 1: under torchrun); its wall
-    seconds. Fails with its stderr's tail."""
-    start = time.perf_counter()
+BUDGET = Budget()
+
+
+def bytecanary(*args: str, ranks: int = 1) -> float:
+    """Run ``bytecanary ARGS`` as a user would (``ranks`` > 1: under torchrun); its wall seconds."""
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
-    cmd = [*(torchrun if ranks > 1 else [sys.executable]), "-m", "bytecanary.cli", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return command([*(torchrun if ranks > 1 else [sys.executable]), "-m", "bytecanary.cli", *args])
+
+
+def command(cmd: list[str]) -> float:
+    """Run ``cmd`` within what is left of the part's budget; its wall seconds. Fails with its
+    stderr's tail, or, past the budget, kills it with every process it started."""
+    start = time.perf_counter()
+    safe = os.environ | {"PYTHONSAFEPATH": "1"}  # not the cwd's bytecanary/: gpu_run.sh lays one out
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(
+        cmd, stdout=pipe, stderr=pipe, text=True, cwd=ROOT, env=safe, start_new_session=True
+    )
+    try:
+        _, stderr = proc.communicate(timeout=BUDGET.left())
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise StepFailed(
+            f"`{' '.join(cmd[-3:])}` ran past the part's budget of {BUDGET.seconds} s: killed"
+        ) from None
     if proc.returncode != 0:
-        raise StepFailed(f"`bytecanary {' '.join(args)}` exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+        raise StepFailed(f"`{' '.join(cmd)}` exited {proc.returncode}:\n{stderr[-4000:]}")
     return round(time.perf_counter() - start, 1)
 
 
@@ -146,6 +181,8 @@ def environment() -> dict[str, Any]:
         "cudnn": torch.backends.cudnn.version() if gpu else None,
         "lightning": lightning.__version__,
         "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "numpy": numpy.__version__,
         "cpu_threads": torch.get_num_threads(),
     }
 
@@ -168,13 +205,6 @@ def prepare_data(data: str | None, smoke: bool, work: Path) -> Path:
         except StepFailed as err:
             print(f"gpu_check: {config.name} could not be prepared here: {str(err).splitlines()[0]}")
     raise StepFailed("no corpus could be prepared; pass --data")
-
-
-def ok(record: dict[str, Any]) -> dict[str, Any]:
-    """A probes.jsonl record, or the failure it records."""
-    if record["status"] != "ok":
-        raise StepFailed(f"probe {record['probe']} failed at step {record['step']}: {record['error']}")
-    return record
 
 
 def train_args(plan: Plan, data: Path, run: Path, steps: int, every: int, *configs: Path) -> list[str]:
@@ -290,42 +320,6 @@ def series_ranks(work: Path, smoke: bool) -> dict[str, Any]:
     return result
 
 
-def compare_records(one: list[dict[str, Any]], two: list[dict[str, Any]]) -> dict[str, Any]:
-    """Pair for pair: the same (checkpoint, probe, params) set, each pair once, with the same
-    metric keys and every smooth metric within AGREE (relative; NaN equals NaN); greedy
-    metrics that moved are counted, not held to it (a near tie flips with the process)."""
-    a, b = (
-        {(r["checkpoint"], r["probe"], r["params"]): ok(r)["metrics"] for r in rows} for rows in (one, two)
-    )
-    same = a.keys() == b.keys() and len(one) == len(a) and len(two) == len(b)
-    differ = [
-        (
-            f"{pair[1]} at {Path(pair[0]).name}: {key}",
-            keys.smooth(key) or key not in a[pair].keys() & b[pair].keys(),
-        )
-        for pair in sorted(a.keys() & b.keys(), key=str)
-        for key in sorted(a[pair].keys() | b[pair].keys())
-        if not close(a[pair].get(key), b[pair].get(key))
-    ]
-    held = [where for where, bound in differ if bound]
-    return {
-        "pairs": len(a),
-        "same_pairs": same,
-        "differing_metrics": held[:10],
-        "greedy_metrics_moved": len(differ) - len(held),
-        "agree": same and not held,
-    }
-
-
-def close(x: float | None, y: float | None) -> bool:
-    """Equal within AGREE relative or AGREE_ABS absolute; NaN equals NaN."""
-    if x is None or y is None:  # a key one side lacks
-        return x is y
-    if math.isnan(x) or math.isnan(y):
-        return math.isnan(x) and math.isnan(y)
-    return math.isclose(x, y, rel_tol=AGREE, abs_tol=AGREE_ABS)
-
-
 def fsdp_run(plan: Plan, data: Path, work: Path) -> dict[str, Any]:
     """The preset composed with the FSDP preset on one GPU; its full checkpoint exported."""
     if not torch.cuda.is_available():
@@ -338,9 +332,13 @@ def fsdp_run(plan: Plan, data: Path, work: Path) -> dict[str, Any]:
     return {"seconds": seconds, "warm": perf_summary(warm), "export_seconds": export_s}
 
 
-def attempt(results: dict[str, Any], name: str, step: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
-    """Run one part; a failure is recorded in the JSON and the other parts still run."""
-    print(f"gpu_check: {name} ...", flush=True)
+def attempt(
+    results: dict[str, Any], name: str, step: Callable[[], dict[str, Any]], budget: float | None = None
+) -> dict[str, Any] | None:
+    """Run one part within ``budget`` seconds; a failure is recorded in the JSON and the other
+    parts still run."""
+    print(f"gpu_check: {name} ..." + (f" (budget {budget} s)" if budget else ""), flush=True)
+    BUDGET.seconds, BUDGET.started = budget, time.perf_counter()
     try:
         results[name] = step()
     except Exception as err:
@@ -372,11 +370,16 @@ def main() -> int:
         data = attempt(results, "data", lambda: {"dir": str(prepare_data(args.data, args.smoke, work))})
         if data:
             data_dir = Path(data["dir"])
-            trained = attempt(results, "run", lambda: run_with_probes(plan, data_dir, work))
+            budgets = plan.budgets
+            trained = attempt(
+                results, "run", lambda: run_with_probes(plan, data_dir, work), budgets.get("run")
+            )
             if trained:
-                attempt(results, "export_and_probe", lambda: export_and_probe(trained, work))
-                attempt(results, "series_ranks", lambda: series_ranks(work, args.smoke))
-            attempt(results, "fsdp", lambda: fsdp_run(plan, data_dir, work))
+                checked = lambda: export_and_probe(trained, work)  # noqa: E731
+                attempt(results, "export_and_probe", checked, budgets.get("export_and_probe"))
+                ranks = lambda: series_ranks(work, args.smoke)  # noqa: E731
+                attempt(results, "series_ranks", ranks, budgets.get("series_ranks"))
+            attempt(results, "fsdp", lambda: fsdp_run(plan, data_dir, work), budgets.get("fsdp"))
     results["seconds"] = round(time.perf_counter() - start, 1)
     Path(args.out).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     failed = [k for k, v in results.items() if isinstance(v, dict) and "error" in v]

@@ -24,7 +24,8 @@ from packaging.version import InvalidVersion, Version
 from bytecanary.errors import BytecanaryError
 
 # Upper bound: the next minor release, which may rename a private name. Run with lightning
-# 2.6.6 and transformers 5.24.0; the names are the same in lightning 2.5.0's and
+# 2.6.6 and transformers 5.24.0, and in the GPU machine's image (transformers 5.17.0, torch
+# 2.11.0), which `make test-slow` rehearses; the names are the same in lightning 2.5.0's and
 # transformers 5.0.0's source (5.0 calls the KV cache argument ``past_key_values``, which the
 # engine handles).
 LIGHTNING = ">=2.5,<2.7"

@@ -45,11 +45,31 @@ def test_gpu_check_smoke_writes_its_json(tmp_path):
     assert result["fsdp"] == {"skipped": "Lightning's FSDP needs CUDA"}
 
 
-def test_records_agree_pair_for_pair_on_smooth_metrics_within_1e_4(monkeypatch):
+@pytest.fixture
+def gpu_check(monkeypatch):
+    """benchmarks/gpu_check.py as a module, with its folder on the path as when run as a script."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
-    gpu_check = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "gpu_check", gpu_check)  # its dataclasses look it up
-    spec.loader.exec_module(gpu_check)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "gpu_check", module)  # its dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_part_past_its_budget_is_killed_with_its_children_and_the_next_part_runs(gpu_check, tmp_path):
+    pid_file = tmp_path / "child.pid"
+    slow = ["bash", "-c", f"sleep 600 & echo $! > {pid_file}; wait"]
+    results: dict = {}
+    assert gpu_check.attempt(results, "slow", lambda: {"s": gpu_check.command(slow)}, budget=1) is None
+    assert results["slow"]["error"].endswith("ran past the part's budget of 1 s: killed")
+    child = Path(f"/proc/{int(pid_file.read_text())}/stat")
+    assert not child.exists() or child.read_text().split(")")[1].split()[0] == "Z"  # gone, or only a zombie
+    fine = gpu_check.attempt(results, "next", lambda: {"s": gpu_check.command(["true"])})
+    assert fine == results["next"] and fine["s"] >= 0
+    assert sum(gpu_check.BUDGETS.values()) <= 8 * 60  # the whole check fits one 10-minute device command
+
+
+def test_records_agree_pair_for_pair_on_smooth_metrics_within_1e_4(gpu_check):
     compare = gpu_check.compare_records
 
     def record(step: int, p: float, partial: float = 0.5, **more: float) -> dict:
@@ -69,3 +89,26 @@ def test_records_agree_pair_for_pair_on_smooth_metrics_within_1e_4(monkeypatch):
     assert not compare(one, [record(1, 1.0, n=nan)])["same_pairs"]  # a pair missing
     assert not compare(one, [*one, one[0]])["same_pairs"]  # a pair twice
     assert not compare(one, [record(1, 1.0), record(2, 0.0)])["agree"]  # a metric missing
+
+
+@pytest.fixture
+def gpu_env(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import gpu_env
+
+    return gpu_env
+
+
+def test_gpu_env_installs_only_the_carried_wheels_this_python_lacks(gpu_env):
+    wheels = ["w/numpy-2.5.2-cp312-cp312-manylinux_2_28_x86_64.whl", "w/no_such_dist-1.0-py3-none-any.whl"]
+    assert gpu_env.missing(wheels) == ["w/no_such_dist-1.0-py3-none-any.whl"]
+
+
+def test_gpu_env_names_the_version_that_blocks_in_one_line(gpu_env, monkeypatch, capsys):
+    assert gpu_env.main(["versions"]) == 0  # this venv passes
+    assert capsys.readouterr().out.startswith("versions: torch ")
+    real = gpu_env.metadata.version
+    monkeypatch.setattr(gpu_env.metadata, "version", lambda n: "5.30.0" if n == "transformers" else real(n))
+    assert gpu_env.main(["versions"]) == 1
+    out = capsys.readouterr().out
+    assert out == "versions: transformers 5.30.0 is outside transformers<5.25,>=5.0 (pyproject.toml)\n"
