@@ -182,22 +182,31 @@ def read_jsonl(
     check: Callable[[dict[str, Any]], str | None] | None = None,
     on_bad: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """The objects of a JSONL file. A malformed line (or one ``check`` finds a problem with) is
-    an error naming ``file:line``; with ``on_bad`` (e.g. ``warn``) that message goes to it
-    and the line is skipped. An unterminated last line is a write in flight (or torn by a
-    crash) and is skipped, as ``probes.jsonl`` readers do."""
-    text = read_text(path, "JSONL file")
-    lines = text.split("\n")
+    """The objects of a UTF-8 JSONL file, as ``parse_jsonl`` reads them."""
+    return parse_jsonl(read_text(path, "JSONL file"), path, check, on_bad)
+
+
+def parse_jsonl(
+    data: str | bytes,
+    where: str | Path,
+    check: Callable[[dict[str, Any]], str | None] | None = None,
+    on_bad: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """The objects of JSONL ``data`` read from ``where``. A malformed line (or one ``check``
+    finds a problem with) is an error naming ``where:line``; with ``on_bad`` (e.g. ``warn``)
+    that message goes to it and the line is skipped. An unterminated last line is a write in
+    flight (or torn by a crash) and is skipped quietly."""
+    lines = data.split(b"\n" if isinstance(data, bytes) else "\n")
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as err:
-            if number == len(lines):
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            if number == len(lines):  # no newline after it: torn
                 break
-            problem: str | None = f"not valid JSON ({err.msg})"
+            problem: str | None = f"not valid JSON ({getattr(err, 'msg', err)})"
         else:
             if not isinstance(row, dict):
                 problem = f"expected a JSON object, got {type(row).__name__}"
@@ -206,9 +215,9 @@ def read_jsonl(
         if problem is None:
             rows.append(row)
         elif on_bad is not None:
-            on_bad(f"{path}:{number}: {problem}; line skipped")
+            on_bad(f"{where}:{number}: {problem}; line skipped")
         else:
-            raise BytecanaryError(f"{path}:{number}: {problem}")
+            raise BytecanaryError(f"{where}:{number}: {problem}")
     return rows
 
 

@@ -44,7 +44,7 @@ WRAPPER_INDICES = ("fsi", "psi", "nfsi")  # per task, across the wrapper protoco
 # MCQA task groups that pool over languages; any other task (a benchmark) stands alone
 TASK_GROUPS = {"wordcomp": "word completion (embedded)", "nonsenseqa": "NonsenseQA"}
 
-Aggregation = Literal["mean", "rate", "exp_mean", "spread", "count", "test", "index", "ci", "last"]
+Aggregation = Literal["mean", "rate", "exp_mean", "spread", "count", "test", "index", "last"]
 
 
 @dataclass(frozen=True)
@@ -55,85 +55,81 @@ class Metric:
     higher_is_better: bool | None  # None: neither (a count, a p-value, a share)
     aggregation: Aggregation
     """How per-item values become the metric: mean of a score, rate of a yes/no, exp of
-    a mean NLL, max - min over views, a count, a test statistic, an index, a CI bound, the
-    last value."""
-    doc: str
+    a mean NLL, max - min over views, a count, a test statistic, an index, the last value."""
 
 
-def _m(name: str, up: bool | None, aggregation: Aggregation, doc: str) -> Metric:
-    return Metric(name, up, aggregation, doc)
+def _m(name: str, up: bool | None, aggregation: Aggregation) -> Metric:
+    return Metric(name, up, aggregation)
 
 
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
         # training
-        _m("loss", False, "mean", "cross-entropy per token"),
-        _m("lr", None, "mean", "learning rate"),
+        _m("loss", False, "mean"),  # cross-entropy per token
+        _m("lr", None, "mean"),  # learning rate
         # UTF-8 probes (arXiv:2606.14122 section 3.2)
-        _m("partial", True, "mean", "V_partial at the last generation step"),
-        _m("strict", True, "rate", "share of streams that are complete, valid UTF-8"),
-        _m("soft", True, "mean", "share of bytes inside complete valid characters"),
-        _m("cumulative", True, "mean", "V_partial averaged over the steps"),
-        _m("ema", True, "mean", "exponential moving average of V_partial over the steps"),
-        _m("partial@t", True, "mean", "V_partial after t generated tokens (partial@t1..)"),
+        _m("partial", True, "mean"),  # V_partial at the last generation step
+        _m("strict", True, "rate"),  # share of streams that are complete, valid UTF-8
+        _m("soft", True, "mean"),  # share of bytes inside complete valid characters
+        _m("cumulative", True, "mean"),  # V_partial averaged over the steps
+        _m("ema", True, "mean"),  # exponential moving average of V_partial over the steps
+        _m("partial@t", True, "mean"),  # V_partial after t generated tokens (partial@t1..)
         # expected validity from the model's distribution along the greedy path (smooth in the weights)
-        _m("p_valid", True, "mean", "mass on tokens that keep the stream valid UTF-8, first step"),
-        _m("p_valid_se", None, "mean", "standard error of p_valid over the samples"),
-        _m("p_valid@t", True, "mean", "mass on tokens that keep the stream valid at step t (p_valid@t1..)"),
-        _m("p_complete", True, "mean", "mass on tokens completing the prompt's pending character, step 1"),
-        _m("p_complete@t", True, "mean", "mass on tokens completing the pending character at step t"),
-        _m("gold_win_rate", True, "rate", "share of samples where the gold remainder beats the output"),
-        _m("delta_ll_mean", True, "mean", "mean of LL(gold remainder) - LL(generated)"),
-        _m("delta_ll_median", True, "mean", "median of LL(gold remainder) - LL(generated)"),
-        _m("delta_ll_std", None, "mean", "standard deviation of Delta_LL"),
-        _m("ppl", False, "exp_mean", "perplexity"),
-        _m("pure_share", None, "rate", "share of outputs made of byte tokens only"),
-        _m("partial_pure", True, "mean", "V_partial of pure byte-token outputs"),
-        _m("partial_mixed", True, "mean", "V_partial of outputs with a multi-byte token"),
-        _m("term_match", True, "rate", "exactly the remainder, then a character boundary"),
-        # the paper's tier gap (common vs rare characters), with a bootstrap CI over characters
-        *(
-            _m(f"tier_gap_{m}", None, "mean", f"{m} of common minus rare characters ({m}_lo/_hi: 95% CI)")
-            for m in ("partial", "strict", "p_valid")
-        ),
-        _m("n", None, "count", "samples or items"),
+        _m("p_valid", True, "mean"),  # mass on tokens that keep the stream valid UTF-8, first step
+        _m("p_valid_se", None, "mean"),  # standard error of p_valid over the samples
+        _m("p_valid@t", True, "mean"),  # mass on tokens that keep the stream valid at step t (p_valid@t1..)
+        _m("p_complete", True, "mean"),  # mass on tokens completing the prompt's pending character, step 1
+        _m("p_complete@t", True, "mean"),  # mass on tokens completing the pending character at step t
+        _m("gold_win_rate", True, "rate"),  # share of samples where the gold remainder beats the output
+        _m("delta_ll_mean", True, "mean"),  # mean of LL(gold remainder) - LL(generated)
+        _m("delta_ll_median", True, "mean"),  # median of LL(gold remainder) - LL(generated)
+        _m("delta_ll_std", None, "mean"),  # standard deviation of Delta_LL
+        _m("ppl", False, "exp_mean"),  # perplexity
+        _m("pure_share", None, "rate"),  # share of outputs made of byte tokens only
+        _m("partial_pure", True, "mean"),  # V_partial of pure byte-token outputs
+        _m("partial_mixed", True, "mean"),  # V_partial of outputs with a multi-byte token
+        _m("term_match", True, "rate"),  # exactly the remainder, then a character boundary
+        # the paper's tier gap: a metric of common minus rare characters, with _lo/_hi, the 95%
+        # bootstrap CI over characters
+        *(_m(f"tier_gap_{m}", None, "mean") for m in ("partial", "strict", "p_valid")),
+        _m("n", None, "count"),  # samples or items
         # MCQA, per protocol
-        _m("acc", True, "rate", "accuracy"),
-        _m("acc_norm", True, "rate", "accuracy, log-likelihood per character (lm-eval)"),
-        _m("acc_bytes", True, "rate", "accuracy, log-likelihood per UTF-8 byte"),
-        _m("ece", False, "mean", "expected calibration error (10 equal-mass bins)"),
-        _m("brier", False, "mean", "Brier score of the option softmax"),
-        _m("acc_perm_spread", False, "spread", "max - min accuracy over option rotations"),
-        _m("parsable", True, "rate", "share of answers in the wrapper's exact format"),
-        _m("acc_normalised", True, "rate", "accuracy after lenient extraction"),
-        _m("parsable_normalised", True, "rate", "parsable after lenient extraction"),
-        _m("matched", True, "rate", "share of M&D answers matched to an option"),
-        _m("acc_matched", True, "rate", "M&D accuracy among matched answers"),
-        _m("rule", None, "rate", "how often an M&D extraction rule fired (rule_<name>)"),
-        _m("prompt_tokens", None, "mean", "prompt length in tokens"),
-        _m("chance_gap", None, "mean", "NonsenseQA: accuracy - 1/choices"),
-        _m("chance_distance", False, "mean", "NonsenseQA: |accuracy - 1/choices|"),
-        _m("win", None, "rate", "1 if this wrapper had the task's best accuracy"),
-        _m("wins", None, "count", "tasks a wrapper won"),
+        _m("acc", True, "rate"),  # accuracy
+        _m("acc_norm", True, "rate"),  # accuracy, log-likelihood per character (lm-eval)
+        _m("acc_bytes", True, "rate"),  # accuracy, log-likelihood per UTF-8 byte
+        _m("ece", False, "mean"),  # expected calibration error (10 equal-mass bins)
+        _m("brier", False, "mean"),  # Brier score of the option softmax
+        _m("acc_perm_spread", False, "spread"),  # max - min accuracy over option rotations
+        _m("parsable", True, "rate"),  # share of answers in the wrapper's exact format
+        _m("acc_normalised", True, "rate"),  # accuracy after lenient extraction
+        _m("parsable_normalised", True, "rate"),  # parsable after lenient extraction
+        _m("matched", True, "rate"),  # share of M&D answers matched to an option
+        _m("acc_matched", True, "rate"),  # M&D accuracy among matched answers
+        _m("rule", None, "rate"),  # how often an M&D extraction rule fired (rule_<name>)
+        _m("prompt_tokens", None, "mean"),  # prompt length in tokens
+        _m("chance_gap", None, "mean"),  # NonsenseQA: accuracy - 1/choices
+        _m("chance_distance", False, "mean"),  # NonsenseQA: |accuracy - 1/choices|
+        _m("win", None, "rate"),  # 1 if this wrapper had the task's best accuracy
+        _m("wins", None, "count"),  # tasks a wrapper won
         # MCQA, per task across protocols
-        _m("mcnemar_p", None, "test", "McNemar exact p, separate vs merged"),
-        _m("fsi", False, "index", "format sensitivity index over the wrappers"),
-        _m("psi", False, "index", "parsability sensitivity index"),
-        _m("nfsi", False, "index", "FSI normalised by accuracy"),
-        _m("delta_tok_median", None, "mean", "median relative prompt-length spread across wrappers"),
-        _m("matched_share", None, "rate", "share of items in the token-matched subset"),
-        _m("kendall_tau_sep_merged", None, "test", "Kendall tau-b of checkpoint rankings, sep vs merged"),
-        _m("acc_parsable_r", None, "test", "Pearson r of accuracy and parsability over wrapper cells"),
-        _m("parsability_beta", None, "test", "fixed-effects slope of accuracy on parsability"),
-        _m("parsability_beta_se", None, "test", "standard error of that slope"),
-        _m("cells", None, "count", "(checkpoint, task, wrapper) cells"),
+        _m("mcnemar_p", None, "test"),  # McNemar exact p, separate vs merged
+        _m("fsi", False, "index"),  # format sensitivity index over the wrappers
+        _m("psi", False, "index"),  # parsability sensitivity index
+        _m("nfsi", False, "index"),  # FSI normalised by accuracy
+        _m("delta_tok_median", None, "mean"),  # median relative prompt-length spread across wrappers
+        _m("matched_share", None, "rate"),  # share of items in the token-matched subset
+        _m("kendall_tau_sep_merged", None, "test"),  # Kendall tau-b of checkpoint rankings, sep vs merged
+        _m("acc_parsable_r", None, "test"),  # Pearson r of accuracy and parsability over wrapper cells
+        _m("parsability_beta", None, "test"),  # fixed-effects slope of accuracy on parsability
+        _m("parsability_beta_se", None, "test"),  # standard error of that slope
+        _m("cells", None, "count"),  # (checkpoint, task, wrapper) cells
         # performance
-        _m("tokens_per_s", True, "mean", "training tokens per second"),
-        _m("samples_per_s", True, "mean", "training samples per second"),
-        _m("mfu", True, "mean", "model FLOPs utilisation"),
-        _m("probe_seconds", False, "mean", "wall seconds of one probe at one checkpoint"),
-        _m("wall_seconds", None, "last", "wall seconds since training started (resumes added)"),
+        _m("tokens_per_s", True, "mean"),  # training tokens per second
+        _m("samples_per_s", True, "mean"),  # training samples per second
+        _m("mfu", True, "mean"),  # model FLOPs utilisation
+        _m("probe_seconds", False, "mean"),  # wall seconds of one probe at one checkpoint
+        _m("wall_seconds", None, "last"),  # wall seconds since training started (resumes added)
     )
 }
 _SUFFIXES = ("_lo", "_hi", "_normalised", "_matched")  # CI bounds and variants keep their base's sense
@@ -173,7 +169,7 @@ def smooth(key: str) -> bool:
 def higher_is_better(key: str) -> bool | None:
     """True or False where a direction is declared, None for the rest (or unknown keys)."""
     m = metric(key)
-    if m is None or m.aggregation == "ci" or key.endswith(("_lo", "_hi")):
+    if m is None or key.endswith(("_lo", "_hi")):
         return None
     return m.higher_is_better
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import cut_torn_tail, named
+from bytecanary.io import cut_torn_tail, named, parse_jsonl
 
 SCHEMA = 2  # bump when a field changes meaning (2: checkpoint_id); records without it are schema 0
 NO_METRICS = "no metrics (empty eval set?)"
@@ -145,24 +145,7 @@ def parse(data: bytes, where: str | Path, on_bad: Callable[[str], None] | None =
     """The records in ``data``. An unterminated last line is a write in flight (or torn by a
     crash) and is skipped quietly; any other bad line is skipped, and ``on_bad`` (e.g.
     ``warn``) hears of it as ``file:line: problem``."""
-    lines = data.split(b"\n")
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            if number == len(lines):  # no newline after it: torn
-                break
-            trouble: str | None = f"not valid JSON ({getattr(err, 'msg', err)})"
-        else:
-            trouble = problem(row)
-        if trouble is None:
-            records.append(_record(row))
-        elif on_bad is not None:
-            on_bad(f"{where}:{number}: {trouble}; line skipped")
-    return records
+    return [_record(row) for row in parse_jsonl(data, where, problem, on_bad or (lambda message: None))]
 
 
 def read(path: str | Path, on_bad: Callable[[str], None] | None = None) -> list[Record]:

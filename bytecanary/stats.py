@@ -1,7 +1,7 @@
 """Statistics the probes and the convergence report share.
 
-Calibration (ECE), paired tests between two scoring strategies (exact and chi-square
-McNemar, as the space-tokenization-trap MCQA study uses), bootstrap confidence intervals
+Calibration (ECE), the paired test between two scoring strategies (exact McNemar, one of
+the two the space-tokenization-trap MCQA study uses), bootstrap confidence intervals
 (Format Sensitivity Index, arXiv:2607.09665), correlations, the
 fixed-effects regression of accuracy on parsability, and the convergence detector applied
 alike to perplexity and to UTF-8 validity (arXiv:2606.14122): it says where a curve
@@ -55,16 +55,6 @@ def mcnemar_exact(correct_a: ArrayLike, correct_b: ArrayLike) -> float:
         return 1.0
     tail = sum(math.comb(n, k) for k in range(min(b, c) + 1)) / 2**n
     return min(1.0, 2 * tail)
-
-
-def mcnemar_chi2(correct_a: ArrayLike, correct_b: ArrayLike) -> tuple[float, float]:
-    """Continuity-corrected McNemar: statistic (|b - c| - 1)^2 / (b + c) and its
-    chi-square (1 df) p-value."""
-    b, c = _discordant(correct_a, correct_b)
-    if b + c == 0:
-        return 0.0, 1.0
-    stat = (abs(b - c) - 1) ** 2 / (b + c)
-    return stat, math.erfc(math.sqrt(stat / 2))
 
 
 def bootstrap_ci(

@@ -41,35 +41,6 @@ MAX_LEASE = 86_400.0  # a day: beyond any one pair's computation; threading's wa
 CLOCK_SLACK = 60.0  # seconds hosts' clocks may differ: how far an expiry may lie beyond its lease
 
 
-def default_worker() -> str:
-    """This process's name among the workers: its host and launcher ranks where it has them
-    (``torchrun``'s ``RANK``, SLURM's array task and process ids), else its host and pid."""
-    ranks = [
-        f"{v.lower()}{os.environ[v]}"
-        for v in ("RANK", "SLURM_ARRAY_TASK_ID", "SLURM_PROCID")
-        if os.environ.get(v)
-    ]
-    return f"{socket.gethostname()}:{'-'.join(ranks) or os.getpid()}"
-
-
-def is_lead() -> bool:
-    """The first process of a launch (torchrun's rank 0, srun's task 0, or a lone process):
-    the one that keeps the launch's W&B run."""
-    return os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
-
-
-def worker_device(device: str | None, cuda: int) -> str:
-    """The device of this worker given ``--device`` and the node's ``cuda`` GPU count: a
-    worker launched by torchrun (``LOCAL_RANK``) or srun (``SLURM_LOCALID``) gets a GPU of its
-    own, ``cuda:<local rank>``, not the first GPU beside its siblings; cpu without GPUs."""
-    if device not in (None, "cuda"):
-        return device
-    if not cuda:
-        return device or "cpu"
-    local = os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID"))
-    return f"cuda:{int(local) % cuda}" if local else "cuda"
-
-
 def clock(seconds: float) -> str:
     """A time as people read it in a log: ``2026-12-02 14:03:07``."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))

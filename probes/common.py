@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonargparse
-import numpy as np
 
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import output_problem
@@ -102,20 +101,6 @@ class PerSample(Checked):
         if problem:
             raise ValueError(f"records: {problem}")
         super().__post_init__()
-
-
-def shard_indices(n: int, batch_size: int, rank: int, world: int) -> np.ndarray:
-    """Indices of the samples in this rank's batches: whole batches dealt round-robin,
-    so every batch is the same in a DDP run as in a single process."""
-    starts = range(rank * batch_size, n, world * batch_size)
-    return np.array([i for s in starts for i in range(s, min(s + batch_size, n))], dtype=np.int64)
-
-
-def merge_shards(payloads: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Every rank's per-sample arrays (rows keyed by ``index``), back in sample order."""
-    merged = {k: np.concatenate([p[k] for p in payloads]) for k in payloads[0]}
-    order = np.argsort(merged["index"], kind="stable")
-    return {k: v[order] for k, v in merged.items()}
 
 
 def context_size(model: Any) -> int:

@@ -34,6 +34,7 @@ import torch
 from transformers.cache_utils import Cache, StaticCache
 
 from bytecanary.bytecodec import ByteCodec
+from bytecanary.probes import batching
 from bytecanary.versions import TRANSFORMERS, require, require_attrs
 
 _WHY = "the probes' KV-cache copy into StaticCache layers"
@@ -57,7 +58,7 @@ class Decoding:
     max_new_tokens: int
     eos_id: int | None  # a row ends when it generates this id (None: only at the length)
     pad_id: int  # fills prompts on the left and rows after their end
-    batch_size: int = 64  # prompts per prefill, in the given order
+    batch_size: int = 64  # prompts per prefill, cut in the given order
     sampling: Sampling = Sampling()
 
 
@@ -328,7 +329,8 @@ def generate(
     codec: ByteCodec | None = None,
     classes: np.ndarray | None = None,
 ) -> Generation:
-    """Decode every prompt (batches of ``decoding.batch_size``, in the given order).
+    """Decode every prompt, in batches of ``decoding.batch_size`` cut in the given order
+    (``batching.each``: the costliest first, unless sampled).
 
     ``golds`` (optional) are scored teacher-forced in the same prefill: the prefill runs
     once per distinct ``prompt + gold`` sequence in the batch (the prefixes of one
@@ -358,8 +360,9 @@ def generate(
     device = next(model.parameters()).device
     classes_VM = torch.as_tensor(classes, dtype=torch.float32, device=device) if classes is not None else None
     mass = np.zeros((n, max_new_tokens, classes.shape[1])) if classes is not None else None
-    for lo in range(0, n, decoding.batch_size):
-        rows = slice(lo, min(lo + decoding.batch_size, n))
+
+    def step(lo: int, hi: int) -> None:
+        rows = slice(lo, hi)
         pre = _prefill(model, prompts[rows], golds[rows], pad_id, last_only, max_new_tokens - 1)
         prompt_lp[rows], gold_lp[rows] = pre.prompt_logprob, pre.gold_logprob
         watch = StopStrings(stops[rows], codec) if stops is not None else None
@@ -369,5 +372,9 @@ def generate(
         if mass is not None:
             mass[rows] = batch_mass
         del pre  # this batch's cache must not sit beside the next one's
+
+    # a sampled run's draws follow its batches, so it keeps their order
+    costs = [len(p) + len(g) + max_new_tokens for p, g in zip(prompts, golds, strict=True)]
+    batching.each(n, decoding.batch_size, step, costs if gen is None else None)
     prompt_scored = np.array([max(len(p) - 1, 0) for p in prompts], dtype=np.int64)
     return Generation(tokens, lengths, logprobs, prompt_lp, prompt_scored, gold_lp, mass)

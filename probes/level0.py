@@ -42,7 +42,7 @@ from bytecanary.probes.utf8_probe import (
 
 @register_probe("level0")
 class Level0Probe(Utf8Probe):
-    version = 4  # 2: p_valid, p_complete (expected validity); 3: p_valid at the first step; 4: tier gap
+    version = 4
     tier_gap = True
     eval_set_pattern = "level0_*.json"
     read_eval_set = staticmethod(load_level0)

@@ -34,7 +34,7 @@ from bytecanary.probes.utf8_probe import (
 
 @register_probe("level1")
 class Level1Probe(Utf8Probe):
-    version = 3  # 2: p_valid, p_complete (expected validity); 3: p_valid at the first step
+    version = 3
     term_match = True
     eval_set_pattern = "level1*.json"
     read_eval_set = staticmethod(load_level1)

@@ -23,7 +23,9 @@ import torch
 from bytecanary import records
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import warn
+from bytecanary.probes import batching
 from bytecanary.probes.claims import Claims
+from bytecanary.probes.dist import broadcast, gather, rank0, rank_and_world
 from bytecanary.probes.numerics import dtype_name, is_oom, label, release
 from bytecanary.probes.registry import Probe
 from bytecanary.probes.targets import Loaded, Loader, Target, data_dir_of
@@ -41,45 +43,39 @@ class OutOfMemory(Failure):
     """A rank's payload when a batch of its share did not fit in memory."""
 
 
-def _compute_share(probe: Probe, loaded: Loaded, samples: Any, rank: int, world: int) -> Any:
+@dataclass(frozen=True)
+class Computed:
+    """A rank's share: its payload (or why there is none), the batch size it ended at, and
+    the sizes that ran out of memory at its first batch (``batching``)."""
+
+    payload: Any
+    size: int | None
+    failed_at: tuple[int, ...] = ()
+
+
+def _compute_share(probe: Probe, loaded: Loaded, samples: Any, rank: int, world: int) -> Computed:
     """This rank's payload of ``probe``, or why there is none: one probe must not stop the others."""
-    try:
-        with torch.no_grad():
-            return probe.compute(loaded.model, loaded.tokenizer, samples, rank, world)
-    except Exception as err:
-        if is_oom(err):
-            return OutOfMemory(f"out of memory at batch size {probe.batch_size}")
-        return Failure(f"{type(err).__name__}: {err}")
+    with batching.share(probe.batch_size) as share:
+        try:
+            with torch.no_grad():
+                payload = probe.compute(loaded.model, loaded.tokenizer, samples, rank, world)
+        except Exception as err:
+            size = share.size if share is not None else probe.batch_size
+            payload = OutOfMemory(f"out of memory at batch size {size}") if is_oom(err) else None
+            payload = payload or Failure(f"{type(err).__name__}: {err}")
+        if share is None:
+            return Computed(payload, None)
+        return Computed(payload, share.size, tuple(share.failed_at))
 
 
-def _dist() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
-
-
-def rank0() -> bool:
-    return not _dist() or torch.distributed.get_rank() == 0
-
-
-def rank_and_world() -> tuple[int, int]:
-    return (torch.distributed.get_rank(), torch.distributed.get_world_size()) if _dist() else (0, 1)
-
-
-def gather(payload: Any) -> list[Any]:
-    """Every rank's payload, on every rank."""
-    if not _dist():
-        return [payload]
-    gathered: list[Any] = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(gathered, payload)
-    return gathered
-
-
-def broadcast(value: Any) -> Any:
-    """Rank 0's ``value``, on every rank."""
-    if not _dist():
-        return value
-    box = [value]
-    torch.distributed.broadcast_object_list(box, src=0)
-    return box[0]
+def _settle(computed: list[Computed]) -> tuple[int, list[int]]:
+    """(the batch size every rank runs at next, the sizes that ran out of memory, largest
+    first): the smallest size a rank ended at, halved where one ran out of memory after its
+    first batch (down to 1)."""
+    short = [c.size for c in computed if isinstance(c.payload, OutOfMemory)]
+    tried = {size for c in computed for size in c.failed_at} | {size for size in short if size > 1}
+    size = min(c.size for c in computed)
+    return (max(size // 2, 1) if short else size), sorted(tried, reverse=True)
 
 
 def nonfinite(model: Any) -> str | None:
@@ -101,8 +97,8 @@ class Pipeline:
     and computes only the pairs it holds. ``strict`` names the setting that makes a failing probe
     fatal (the training config's ``run.probe_strict``), for its error; None: a failure is a
     record. ``dtype`` is what the loaded models compute in (part of each fingerprint). A batch
-    that runs out of memory is tried again at half the size, down to 1, and the size that fit
-    is kept for the probe's later checkpoints."""
+    that runs out of memory is tried again at half the size (``batching``), down to 1, and the
+    size that fit is kept for the probe's later checkpoints."""
 
     def __init__(
         self,
@@ -333,24 +329,28 @@ class Pipeline:
         return Record.of(context, self.probes[index], params, metrics, error=error, **how)
 
     def _compute(self, index: int, loaded: Loaded, samples: Any) -> tuple[Probe, list[Any]]:
-        """(the probe as it ran, every rank's payload): at the probe's batch size, halved until
-        a batch fits in memory on every rank (all ranks take the same size, so the shares stay
-        those of one batch size), down to 1."""
+        """(the probe as it ran, every rank's payload). A first batch that does not fit in
+        memory is retried at half the size where it failed (``batching``); a later one runs
+        the share again at half the size. Every rank ends at the same size, so the shares
+        stay those of one batch size, down to 1."""
         rank, world = rank_and_world()
         probe = self.probes[index]
         if index in self.batch_sizes:
             probe = probe.resized(self.batch_sizes[index])
         while True:
-            payloads = gather(_compute_share(probe, loaded, samples, rank, world))
-            short = [p for p in payloads if isinstance(p, OutOfMemory)]
-            size = probe.batch_size
-            if not short or size is None or size == 1:
-                return probe, payloads
-            release(next(loaded.model.parameters()).device)
-            if rank == 0:
-                warn(f"probe {probe.name}: {short[0].error}; trying batch size {size // 2}")
-            probe = probe.resized(size // 2)
-            self.batch_sizes[index] = size // 2
+            computed = gather(_compute_share(probe, loaded, samples, rank, world))
+            start = probe.batch_size
+            size, tried = _settle(computed) if start is not None else (start, [])
+            for failed in tried if rank == 0 else []:
+                why = f"out of memory at batch size {failed}"
+                warn(f"probe {probe.name}: {why}; trying batch size {failed // 2}")
+            if size != start:
+                release(next(loaded.model.parameters()).device)
+                probe = probe.resized(size)
+                self.batch_sizes[index] = size
+            done = all(c.size == size and not isinstance(c.payload, OutOfMemory) for c in computed)
+            if done or size == start:
+                return probe, [c.payload for c in computed]
 
     def _check_strict(self, probe: Probe, context: Context, record: Record | None) -> None:
         error = broadcast(record.error if record is not None else None)

@@ -74,7 +74,7 @@ class Probe:
     def fingerprint(self, data_dir: Path | None, dtype: str = "float32") -> str:
         """Short hash of the parameters, of the eval files' contents and of the ``dtype`` the
         model computes in: two records with the same version and fingerprint came from the same
-        setup. (float32 is left out of the hash: records from before ``--dtype`` match.)"""
+        setup. (float32 is left out of the hash, so the default adds nothing to it.)"""
         params = {k: v for k, v in self.params.items() if k not in self.unhashed}
         files = [hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in self.eval_files(data_dir)]
         setup = {"params": params, "files": files} | ({"dtype": dtype} if dtype != "float32" else {})

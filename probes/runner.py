@@ -41,11 +41,9 @@ from bytecanary.probes.claims import (
     DEFAULT_LEASE,
     MAX_LEASE,
     Claims,
-    default_worker,
-    is_lead,
-    worker_device,
 )
 from bytecanary.probes.common import build_probes, validate_specs
+from bytecanary.probes.dist import default_worker, is_lead, worker_device
 from bytecanary.probes.liveness import NOTE_EVERY, Rate, stopped, waiting_line
 from bytecanary.probes.numerics import check_device, probe_dtype
 from bytecanary.probes.pipeline import Pipeline

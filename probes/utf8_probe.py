@@ -48,13 +48,12 @@ from bytecanary.probes.common import (
     at_least,
     context_size,
     eval_set_files,
-    merge_shards,
     output_size,
     pad_id,
-    shard_indices,
     sliding_window,
     within,
 )
+from bytecanary.probes.dist import merge_shards, shard_indices
 from bytecanary.probes.engine import Decoding, Sampling, generate
 from bytecanary.probes.registry import Probe
 from bytecanary.probes.utf8_results import SampleResults, group_metrics, tier_gaps, write_records

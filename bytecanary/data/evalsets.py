@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,13 +76,6 @@ class Level1Sample:
 
 
 # --- building -------------------------------------------------------------------------
-
-
-def count_characters(docs: Iterable[str]) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for doc in docs:
-        counts.update(doc)
-    return counts
 
 
 def tier_characters(

@@ -47,6 +47,7 @@ import numpy as np
 
 from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
+from bytecanary.probes import batching
 from bytecanary.probes.common import context_size, output_size, pad_id
 from bytecanary.probes.engine import Decoding, Sampling, cut_at_stop, generate
 from bytecanary.probes.mcqa import dashed, wrappers
@@ -72,17 +73,19 @@ def generate_answers(model: Any, tokenizer: Any, views: Sequence[View], answerin
     n_ctx, max_new_tokens, protocols = context_size(model), answering.max_new_tokens, answering.protocols
     keep = max(1, n_ctx - max_new_tokens) if n_ctx else None
     texts = np.full((len(views), len(protocols), len(answering.samplings)), "", dtype=object)
-    for s, sampling in enumerate(answering.samplings):
-        for vlo in range(0, len(views), answering.batch_size):  # the view batches shard_indices dealt
-            rows = range(vlo, min(vlo + answering.batch_size, len(views)))
-            batch = [(v, p) for v in rows for p in views[v].prompts]  # every protocol at once
-            if not batch:
-                continue
-            first = views[batch[0][0]].item
+    # each run of a batch samples with a seed of its own, so the batches may run costliest first
+    costs = [sum(len(p) + max_new_tokens for p in view.prompts.values()) for view in views]
+
+    def step(vlo: int, vhi: int) -> None:  # one of the view batches shard_indices dealt
+        batch = [(v, p) for v in range(vlo, vhi) for p in views[v].prompts]  # every protocol at once
+        if not batch:
+            return
+        first = views[batch[0][0]].item
+        prompts = [views[v].prompts[p][-keep:] if keep else views[v].prompts[p] for v, p in batch]
+        stops = [stop_strings(p) if answering.stop else () for _, p in batch]
+        for s, sampling in enumerate(answering.samplings):
             key = f"{sampling.seed}|{first.task}|{first.question}".encode()
             seeded = Sampling(sampling.temperature, sampling.top_k, seed=zlib.crc32(key))
-            prompts = [views[v].prompts[p][-keep:] if keep else views[v].prompts[p] for v, p in batch]
-            stops = [stop_strings(p) if answering.stop else () for _, p in batch]
             decoding = Decoding(max_new_tokens, tokenizer.eos_token_id, pad, len(batch), seeded)
             gen = generate(model, prompts, decoding, score_prompt=False, stops=stops, codec=codec)
             for row, (v, p) in enumerate(batch):
@@ -91,6 +94,8 @@ def generate_answers(model: Any, tokenizer: Any, views: Sequence[View], answerin
                     ids = ids[:-1]
                 text = cut_at_stop(codec.decode(ids), stops[row])
                 texts[v, protocols.index(p), s] = text.decode("utf-8", errors="replace")
+
+    batching.each(len(views), answering.batch_size, step, costs)
     return texts
 
 

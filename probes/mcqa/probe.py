@@ -51,10 +51,9 @@ from bytecanary.probes.common import (
     at_least,
     context_size,
     evalsets_dir,
-    merge_shards,
     pad_id,
-    shard_indices,
 )
+from bytecanary.probes.dist import merge_shards, shard_indices
 from bytecanary.probes.engine import Sampling
 from bytecanary.probes.mcqa.aggregate import mcqa_metrics
 from bytecanary.probes.mcqa.dashed import Matcher

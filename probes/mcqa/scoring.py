@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from bytecanary.io import warn_once
+from bytecanary.probes import batching
 from bytecanary.probes.common import sliding_window
 
 
@@ -168,7 +169,12 @@ def score_continuations(
             _score_own_forward(model, p, cs, pad_id) for p, cs in zip(prompts, continuations, strict=True)
         ]
     rows = [_row(p, c) for p, c in zip(prompts, continuations, strict=True)]
-    out: list[np.ndarray] = []
-    for lo in range(0, len(rows), batch_size):  # batches as given: a DDP shard's are the same
-        out += _score_batch(model, rows[lo : lo + batch_size], pad_id)
+    out: list[np.ndarray] = [np.empty(0)] * len(rows)
+
+    def step(lo: int, hi: int) -> None:
+        out[lo:hi] = _score_batch(model, rows[lo:hi], pad_id)
+
+    # batches cut as given (a DDP shard's are the same), the costliest first
+    costs = [len(row.ids) for row in rows]
+    batching.each(len(rows), batch_size, step, costs)
     return out

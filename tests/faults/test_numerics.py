@@ -14,7 +14,7 @@ import torch
 
 from bytecanary.cli import main
 from bytecanary.keys import SCORED_PROTOCOLS
-from bytecanary.probes import numerics
+from bytecanary.probes import batching, engine, numerics
 from bytecanary.probes.common import build_probes
 from bytecanary.probes.numerics import is_oom, probe_dtype
 from bytecanary.probes.pipeline import Pipeline
@@ -90,6 +90,57 @@ def test_out_of_memory_halves_the_batch_and_matches_a_run_at_that_size(trained, 
     # the identity keeps the configured batch size: the same spec finds its pairs done
     configured = Pipeline(build_probes(SPECS), tmp_path / "halved.jsonl")
     assert configured.todo(in_folder(trained)) == []
+
+
+class Batches:
+    """Every batch the probes' engine computes, and the samples it computed before; an
+    out-of-memory error injected at the ``fail_at``-th prefill (counted from 1)."""
+
+    def __init__(self, monkeypatch, fail_at: int) -> None:
+        self.done: set[int] = set()
+        self.twice, self.prefills, self.fail_at = 0, 0, fail_at
+        real_each, real_prefill = batching.each, engine._prefill
+
+        def each(n, size, step, costs=None):
+            def counted(lo, hi):
+                step(lo, hi)
+                self.twice += bool(self.done & set(range(lo, hi)))  # samples computed before
+                self.done |= set(range(lo, hi))
+
+            real_each(n, size, counted, costs)
+
+        def prefill(*args, **kwargs):
+            self.prefills += 1
+            if self.prefills == self.fail_at:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return real_prefill(*args, **kwargs)
+
+        monkeypatch.setattr(batching, "each", each)
+        monkeypatch.setattr(engine, "_prefill", prefill)
+
+
+def test_out_of_memory_at_the_first_batch_is_retried_at_that_batch(trained, tmp_path, monkeypatch, capsys):
+    target = in_folder(trained)[:1]
+    spec = [{**SPECS[0], "batch_size": 8}]
+    pipeline = Pipeline(build_probes(spec), tmp_path / "retried.jsonl")
+    batches = Batches(monkeypatch, fail_at=1)
+    [record] = pipeline.probe(Loader("cpu"), target[0], [0])
+    n = len(batches.done)
+    assert record.status == "ok" and record.batch_size == 4 and n > 3 * 8
+    assert batches.twice == 0 and batches.prefills == 1 + -(-n // 4)  # the failed one, then each once
+    assert "out of memory at batch size 8; trying batch size 4" in capsys.readouterr().err
+    monkeypatch.undo()
+    direct = Pipeline(build_probes([{**spec[0], "batch_size": 4}]), tmp_path / "direct.jsonl")
+    [want] = direct.probe(Loader("cpu"), target[0], [0])
+    assert record.metrics == pytest.approx(want.metrics, rel=1e-6, abs=1e-9, nan_ok=True)
+
+
+def test_out_of_memory_after_the_first_batch_runs_the_share_again(trained, tmp_path, monkeypatch):
+    pipeline = Pipeline(build_probes([{**SPECS[0], "batch_size": 8}]), tmp_path / "again.jsonl")
+    batches = Batches(monkeypatch, fail_at=3)
+    [record] = pipeline.probe(Loader("cpu"), in_folder(trained)[0], [0])
+    assert record.status == "ok" and record.batch_size == 4
+    assert batches.twice == 4  # the two batches of 8 computed before, again as four of 4
 
 
 def test_out_of_memory_at_batch_size_one_is_a_failed_record(trained, tmp_path):

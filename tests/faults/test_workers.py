@@ -10,7 +10,8 @@ from collections import Counter
 
 import pytest
 
-from bytecanary.probes.claims import Claims, default_worker, is_lead, worker_device
+from bytecanary.probes.claims import Claims
+from bytecanary.probes.dist import default_worker, is_lead, worker_device
 from bytecanary.records import read as read_records
 
 from ..conftest import assert_same_measurement
