@@ -216,6 +216,7 @@ def probe(
         device=device,
         dtype=dtype,
         worker=workers.worker,
+        source=choice.config,
         **({"lease": workers.lease} if workers.lease is not None else {}),
     )
     code = run(paths, probe_specs(choice.config, names), job, finish=add_mcqa_series)

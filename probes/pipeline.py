@@ -68,6 +68,25 @@ def _compute_share(probe: Probe, loaded: Loaded, samples: Any, rank: int, world:
         return Computed(payload, share.size, tuple(share.failed_at))
 
 
+def spec_where(source: str | Path | None, name: str) -> str:
+    """Where a probe's spec lives, as its errors begin: ``configs/x.yaml: probes: level0``."""
+    return f"{source}: probes: {name}" if source else f"probes: {name}"
+
+
+def check_inputs(probe: Probe, data_dir: Path | None, where: str) -> None:
+    """The validation stage: ``probe.validate`` on ``data_dir``, once per probe and data folder,
+    before any model loads, for the training callback and ``bytecanary probe`` alike; its
+    one-line error is put after ``where`` (the spec's source and the probe)."""
+    key = _key(data_dir)
+    if key in probe.checked:
+        return
+    try:
+        probe.validate(data_dir)
+    except BytecanaryError as err:
+        raise BytecanaryError(f"{where}: {err}") from None
+    probe.checked.add(key)
+
+
 def _settle(computed: list[Computed]) -> tuple[int, list[int]]:
     """(the batch size every rank runs at next, the sizes that ran out of memory, largest
     first): the smallest size a rank ended at, halved where one ran out of memory after its
@@ -128,7 +147,7 @@ class Pipeline:
         return self.claims.worker if self.claims is not None else None
 
     def _where(self, probe: Probe) -> str:
-        return f"{self.source}: probes: {probe.name}" if self.source else f"probes: {probe.name}"
+        return spec_where(self.source, probe.name)
 
     def prepare(self, index: int, tokenizer: Any, data_dir: Path | None, revision: str | None = None):
         """The prepared samples of probe ``index``; a missing, unreadable or empty eval set is
@@ -136,6 +155,7 @@ class Pipeline:
         key = (index, _key(data_dir), _key(tokenizer.name_or_path), revision)
         if key not in self._prepared:
             probe = self.probes[index]
+            check_inputs(probe, data_dir, self._where(probe))
             try:
                 prepared = probe.prepare(tokenizer, data_dir)
             except BytecanaryError as err:

@@ -51,6 +51,8 @@ class Probe:
     def __init__(self, config: Any = None, **fields: Any) -> None:
         """``config`` (an instance of the probe's ``Config``) or its fields by name; a probe
         without a ``Config`` takes no parameters."""
+        self.checked: set[str] = set()
+        """The data folders whose inputs ``validate`` read (``pipeline.check_inputs``)."""
         if self.Config is None:
             if config is not None or fields:
                 raise TypeError(f"{type(self).__name__} takes no parameters")

@@ -46,7 +46,7 @@ from bytecanary.probes.common import build_probes, validate_specs
 from bytecanary.probes.dist import default_worker, is_lead, worker_device
 from bytecanary.probes.liveness import NOTE_EVERY, Rate, stopped, waiting_line
 from bytecanary.probes.numerics import check_device, probe_dtype
-from bytecanary.probes.pipeline import Pipeline
+from bytecanary.probes.pipeline import Pipeline, check_inputs, spec_where
 from bytecanary.probes.registry import probe_class
 from bytecanary.probes.targets import (
     Loader,
@@ -289,6 +289,8 @@ class Job:
     lease: float = DEFAULT_LEASE
     """Seconds a claim on a pair holds without renewal: how soon a killed worker's pair is
     taken over."""
+    source: str | None = None
+    """The YAML the probes' specs came from, named by their errors."""
 
     def __post_init__(self) -> None:
         """Flags that cannot work are one error line before any work."""
@@ -322,7 +324,7 @@ def run(
     if targets:  # bad inputs fail before any model loads (a watched folder's data is known later)
         data_dir = _first_data_dir(targets)
         for probe in built:
-            probe.validate(data_dir)
+            check_inputs(probe, data_dir, spec_where(job.source, probe.name))
     wandb_run, training = None, training_run(paths, job.watch_dir, job.revisions)
     if job.wandb_project and is_lead():  # one W&B run per launch
         config = {"paths": paths, "probes": probes, "trial": job.trial, "dtype": str(dtype)}
@@ -335,7 +337,7 @@ def run(
     try:
         claims = Claims(out_path, job.worker or default_worker(), job.lease)
         publish = _to_wandb(wandb_run)
-        pipeline = Pipeline(built, out_path, publish=publish, claims=claims, dtype=dtype)
+        pipeline = Pipeline(built, out_path, source=job.source, publish=publish, claims=claims, dtype=dtype)
         loader = Loader(device, dtype)
         wait = min(CLAIM_POLL, job.lease / 4)
         made = probe_targets(pipeline, loader, targets) if targets else []

@@ -265,7 +265,7 @@ class McqaProbe(Probe):
             if (item.task, item.item_id) in seen:
                 makers = [s.name for s in self.sources if item.task in (s.name, f"{s.name}_{item.language}")]
                 whose = f"tasks {makers[0]!r} and {makers[1]!r} both make" if len(makers) > 1 else "in"
-                raise BytecanaryError(f"mcqa: {whose} task {item.task!r}, item id {item.item_id!r} twice")
+                raise BytecanaryError(f"{whose} task {item.task!r}, item id {item.item_id!r} twice")
             seen.add((item.task, item.item_id))
 
     def _items(self, data_dir: Path | None) -> list[tuple[McqaItem, tuple[McqaItem, ...]]]:

@@ -4,6 +4,7 @@ file holding a bad value (checked before any model loads), a weights file of the
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -171,8 +172,13 @@ def test_a_bad_eval_set_is_one_line_before_a_model_loads(trained, tmp_path, caps
     args = ["probe", _step8(trained), "--probes", probe, f"--{probe}-set", str(bad), "--no-wandb"]
     assert main([*args, "--out", str(out)]) == 2
     line = one_error(capsys.readouterr().err, f"{bad}{problem}")
-    assert line.startswith(f"error: {bad}: ")
+    assert line.startswith(f"error: probes: {probe}: {bad}: ")  # the probe's spec, then the file
     assert not out.exists()
+
+
+def _mcqa_spec(config: str) -> dict:
+    """The one probe spec of an ``_mcqa_config`` file."""
+    return json.loads(Path(config).read_text())["probes"][0]
 
 
 def _mcqa_config(path, *tasks: dict) -> str:
@@ -225,11 +231,13 @@ def test_a_bad_mcqa_task_file_is_one_line_before_a_model_loads(trained, tmp_path
     out = tmp_path / "p.jsonl"
     assert main(["probe", _step8(trained), "--config", config, "--no-wandb", "--out", str(out)]) == 2
     line = one_error(capsys.readouterr().err)
-    assert line == f"error: {bad}: task 't' ({builder}){problem}"
+    assert line == f"error: {config}: probes: mcqa: {bad}: task 't' ({builder}){problem}"
     assert not out.exists()
 
 
-def test_an_item_id_twice_across_files_names_both_files_and_rows(trained, tmp_path, capsys, no_model):
+def test_an_item_id_twice_across_files_names_both_files_and_rows(
+    trained, small_data, tmp_path, capsys, no_model
+):
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     first.write_bytes(_jsonl(*({**GOOD_ROW, "id": i} for i in ("q1", "q2"))))
     second.write_bytes(_jsonl(*({**GOOD_ROW, "id": i} for i in ("q3", "q2"))))
@@ -238,9 +246,8 @@ def test_an_item_id_twice_across_files_names_both_files_and_rows(trained, tmp_pa
     out = tmp_path / "p.jsonl"
     assert main(["probe", _step8(trained), "--config", config, "--no-wandb", "--out", str(out)]) == 2
     line = one_error(capsys.readouterr().err)
-    assert (
-        line == f"error: {second}: task 't' (json): row 1 has the item id 'q2' of {first} row 1 (column 'id')"
-    )
+    problem = f"task 't' (json): row 1 has the item id 'q2' of {first} row 1 (column 'id')"
+    assert line == f"error: {config}: probes: mcqa: {second}: {problem}"
     # two sources of one name make one task: their row indices (the ids) meet
     first.write_bytes(_jsonl(GOOD_ROW))
     second.write_bytes(_jsonl(GOOD_ROW))
@@ -248,9 +255,17 @@ def test_an_item_id_twice_across_files_names_both_files_and_rows(trained, tmp_pa
     assert main(["probe", _step8(trained), "--config", config, "--no-wandb", "--out", str(out)]) == 2
     assert (
         one_error(capsys.readouterr().err)
-        == "error: mcqa: tasks 't' and 't' both make task 't', item id '0' twice"
+        == f"error: {config}: probes: mcqa: tasks 't' and 't' both make task 't', item id '0' twice"
     )
     assert not out.exists()
+    # training refuses the same spec in the same words, before its run folder exists
+    train_config = micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs", [_mcqa_spec(config)])
+    assert main(["train", "--config", str(train_config), "--run.name", "p"]) == 2
+    assert (
+        one_error(capsys.readouterr().err)
+        == f"error: {train_config}: probes: mcqa: tasks 't' and 't' both make task 't', item id '0' twice"
+    )
+    assert not (tmp_path / "runs" / "p").exists()
 
 
 def test_bad_probe_inputs_stop_training_before_the_run_folder(small_data, tmp_path, capsys):
