@@ -36,7 +36,8 @@ from tqdm.auto import tqdm
 from bytecanary import keys, records
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes.common import build_probes
-from bytecanary.probes.numerics import label, probe_dtype
+from bytecanary.probes.inputs import Inputs
+from bytecanary.probes.numerics import probe_dtype
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import Probe
 from bytecanary.probes.targets import Loaded, Loader, Target, in_folder
@@ -83,6 +84,8 @@ class ProbeCallback(Checkpoint):
         self.every_tokens, self.strict, self.out, self.source = every_tokens, strict, out, source
         self.dtype = dtype
         self.pipeline: Pipeline | None = None
+        """Built at fit start, when the records file and the device are known."""
+        self._inputs: Inputs | None = None
         self._loader: Loader | None = None
         self._tokenizer: Any = None
         self._data_dir: Path | None = None
@@ -94,25 +97,27 @@ class ProbeCallback(Checkpoint):
         self._steps: list[set[int] | None] = [None] * len(self.probes)  # per probe: its steps (None: all)
 
     def prepare(self, tokenizer_dir: str | Path, data_dir: str | Path) -> None:
-        """Load the tokenizer and prepare every probe; a missing or empty eval set or task
-        is one ``BytecanaryError`` naming the probe."""
-        self._loader = Loader("cpu")
-        self._tokenizer, self._data_dir = self._loader.tokenizer(tokenizer_dir), Path(data_dir)
-        strict = "run.probe_strict" if self.strict else None
-        self.pipeline = Pipeline(self.probes, self.out or "probes.jsonl", strict, self.source, self._publish)
+        """Load the tokenizer and prepare every probe (``Inputs``), before the first step; a
+        missing or empty eval set or task is one ``BytecanaryError`` naming the probe."""
+        self._tokenizer, self._data_dir = Loader("cpu").tokenizer(tokenizer_dir), Path(data_dir)
+        self._inputs = Inputs(self.probes, self.source)
         for index in range(len(self.probes)):
-            self.pipeline.prepare(index, self._tokenizer, self._data_dir)
+            self._inputs.prepare(index, self._tokenizer, self._data_dir)
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        if self.pipeline is None:
+        """Build the pipeline, now that its records file and the module's device are known."""
+        if self._inputs is None:
             self.prepare(trainer.datamodule.tokenizer_dir, trainer.datamodule.data_dir)
         folder = getattr(trainer.checkpoint_callback, "dirpath", None)
         if self.out is None:
             self.out = Path(folder).parent / "probes.jsonl" if folder else Path("probes.jsonl")
-        self.pipeline.out = records.check_file(self.out)  # before a step trains, not at its checkpoint
-        dtype = probe_dtype(self.dtype, pl_module.device)  # the device is known now
-        self._loader.device, self._loader.dtype = pl_module.device, dtype
-        self.pipeline.dtype = label(dtype)
+        out = records.check_file(self.out)  # before a step trains, not at its checkpoint
+        dtype = probe_dtype(self.dtype, pl_module.device)
+        self._loader = Loader(pl_module.device, dtype)
+        strict = "run.probe_strict" if self.strict else None
+        self.pipeline = Pipeline(
+            self.probes, out, strict, self.source, self._publish, dtype=dtype, inputs=self._inputs
+        )
         self._trainer = trainer
         self._plan(trainer)
         if folder:

@@ -13,7 +13,7 @@ its identity, and only ``todo`` and ``measure`` ask.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +26,7 @@ from bytecanary.io import warn
 from bytecanary.probes import batching
 from bytecanary.probes.claims import Claims
 from bytecanary.probes.dist import broadcast, gather, rank0, rank_and_world
+from bytecanary.probes.inputs import Inputs
 from bytecanary.probes.numerics import dtype_name, is_oom, label, release
 from bytecanary.probes.registry import Probe
 from bytecanary.probes.targets import Loaded, Loader, Target, data_dir_of
@@ -68,25 +69,6 @@ def _compute_share(probe: Probe, loaded: Loaded, samples: Any, rank: int, world:
         return Computed(payload, share.size, tuple(share.failed_at))
 
 
-def spec_where(source: str | Path | None, name: str) -> str:
-    """Where a probe's spec lives, as its errors begin: ``configs/x.yaml: probes: level0``."""
-    return f"{source}: probes: {name}" if source else f"probes: {name}"
-
-
-def check_inputs(probe: Probe, data_dir: Path | None, where: str) -> None:
-    """The validation stage: ``probe.validate`` on ``data_dir``, once per probe and data folder,
-    before any model loads, for the training callback and ``bytecanary probe`` alike; its
-    one-line error is put after ``where`` (the spec's source and the probe)."""
-    key = _key(data_dir)
-    if key in probe.checked:
-        return
-    try:
-        probe.validate(data_dir)
-    except BytecanaryError as err:
-        raise BytecanaryError(f"{where}: {err}") from None
-    probe.checked.add(key)
-
-
 def _settle(computed: list[Computed]) -> tuple[int, list[int]]:
     """(the batch size every rank runs at next, the sizes that ran out of memory, largest
     first): the smallest size a rank ended at, halved where one ran out of memory after its
@@ -106,16 +88,13 @@ def nonfinite(model: Any) -> str | None:
     return None
 
 
-def _key(path: str | Path | None) -> str:
-    return str(Path(path).resolve()) if path is not None else "-"
-
-
 class Pipeline:
     """Probes ``probes`` into the records file ``out``; ``publish`` hears of every record
     appended (to log it), on rank 0. With ``claims``, it is one of several workers on ``out``
     and computes only the pairs it holds. ``strict`` names the setting that makes a failing probe
     fatal (the training config's ``run.probe_strict``), for its error; None: a failure is a
-    record. ``dtype`` is what the loaded models compute in (part of each fingerprint). A batch
+    record. ``dtype`` is what the loaded models compute in (part of each fingerprint);
+    ``inputs`` what was prepared before the pipeline existed (training's callback). A batch
     that runs out of memory is tried again at half the size (``batching``), down to 1, and the
     size that fit is kept for the probe's later checkpoints."""
 
@@ -128,6 +107,7 @@ class Pipeline:
         publish: Callable[[Record], None] | None = None,
         claims: Claims | None = None,
         dtype: torch.dtype = torch.float32,
+        inputs: Inputs | None = None,
     ) -> None:
         self.probes, self.out, self.strict, self.source = probes, Path(out), strict, source
         self.publish = publish or (lambda record: None)
@@ -138,57 +118,26 @@ class Pipeline:
         """Per probe index, the batch size that fit after running out of memory at its own."""
         self.attempted: set[tuple[str, int]] = set()
         """(checkpoint key, probe index) of every pair this process measured or failed."""
-        self._prepared: dict[tuple[int, str, str, str | None], Any] = {}
-        self._params: dict[tuple[int, str, str], str] = {}
+        self.inputs = inputs or Inputs(probes, source)
+        """Each probe's checked inputs, prepared samples and fingerprints."""
         self._tally = records.Tally(self.out)
 
     @property
     def worker(self) -> str | None:
         return self.claims.worker if self.claims is not None else None
 
-    def _where(self, probe: Probe) -> str:
-        return spec_where(self.source, probe.name)
-
     def prepare(self, index: int, tokenizer: Any, data_dir: Path | None, revision: str | None = None):
-        """The prepared samples of probe ``index``; a missing, unreadable or empty eval set is
-        one ``BytecanaryError`` naming the source and the probe."""
-        key = (index, _key(data_dir), _key(tokenizer.name_or_path), revision)
-        if key not in self._prepared:
-            probe = self.probes[index]
-            check_inputs(probe, data_dir, self._where(probe))
-            try:
-                prepared = probe.prepare(tokenizer, data_dir)
-            except BytecanaryError as err:
-                raise BytecanaryError(f"{self._where(probe)}: {err}") from None
-            except OSError as err:
-                raise BytecanaryError(f"{self._where(probe)}: {err.filename}: {err.strerror}") from None
-            samples = getattr(prepared, "samples", prepared)  # the UTF-8 probes' Prepared, or a list
-            if isinstance(samples, Sized) and len(samples) == 0:
-                where = self._where(probe)
-                raise BytecanaryError(f"{where}: the eval set has no samples (data {data_dir})")
-            self.params(index, data_dir)  # the eval files read now, not after the model ran
-            self._prepared[key] = prepared
-        return self._prepared[key]
+        """The prepared samples of probe ``index`` (``Inputs.prepare``)."""
+        return self.inputs.prepare(index, tokenizer, data_dir, revision)
 
-    def params(self, index: int, data_dir: Path | None, dtype: str | None = None) -> str:
-        """Probe ``index``'s fingerprint on ``data_dir``'s eval sets (read once) for a model
-        computing in ``dtype`` (None: the pipeline's)."""
-        key = (index, _key(data_dir), dtype or self.dtype)
-        if key not in self._params:
-            probe = self.probes[index]
-            try:
-                self._params[key] = probe.fingerprint(data_dir, key[2])
-            except BytecanaryError as err:
-                raise BytecanaryError(f"{self._where(probe)}: {err}") from None
-            except OSError as err:
-                raise BytecanaryError(f"{self._where(probe)}: {err.filename}: {err.strerror}") from None
-        return self._params[key]
+    def fingerprint(self, index: int, data_dir: Path | None, dtype: str | None = None) -> str:
+        """Probe ``index``'s fingerprint on ``data_dir`` for a model computing in ``dtype``
+        (None: the pipeline's)."""
+        return self.inputs.fingerprint(index, data_dir, dtype or self.dtype)
 
     def finished(self) -> set[records.Identity]:
         """The identities of the successful records in ``out`` as it is now: the one place
         that decides whether a (checkpoint, probe) pair is done."""
-        if self._tally.path != self.out:  # the callback learns its records file at fit start
-            self._tally = records.Tally(self.out)
         return self._tally.done()
 
     def todo(
@@ -226,7 +175,9 @@ class Pipeline:
         self, where: str | None, step: int | None, index: int, data_dir: Path | None, dtype: str | None = None
     ) -> records.Identity:
         probe = self.probes[index]
-        return records.identity(where, step, probe.name, probe.version, self.params(index, data_dir, dtype))
+        return records.identity(
+            where, step, probe.name, probe.version, self.fingerprint(index, data_dir, dtype)
+        )
 
     def probe(
         self,
@@ -290,7 +241,7 @@ class Pipeline:
         broken: str | bool | None = False  # looked at once, before the first pair that runs
         appended = []
         for index, samples in zip(indices, prepared, strict=True):
-            probe, params = self.probes[index], self.params(index, loaded.data_dir, dtype)
+            probe, params = self.probes[index], self.fingerprint(index, loaded.data_dir, dtype)
             done = self._done(context, index, loaded.data_dir, self.finished(), dtype) if rank0() else None
             if broadcast(done):
                 continue  # another process finished it meanwhile
