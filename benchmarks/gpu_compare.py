@@ -26,11 +26,12 @@ def ok(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def compare_records(one: list[dict[str, Any]], two: list[dict[str, Any]]) -> dict[str, Any]:
-    """Pair for pair: the same (checkpoint, probe, params) set, each pair once, with the same
+    """Pair for pair: the same (checkpoint, probe, fingerprint) set, each pair once, with the same
     metric keys and every smooth metric within AGREE (relative; NaN equals NaN); greedy
     metrics that moved are counted, not held to it (a near tie flips with the process)."""
     a, b = (
-        {(r["checkpoint"], r["probe"], r["params"]): ok(r)["metrics"] for r in rows} for rows in (one, two)
+        {(r["checkpoint"], r["probe"], r["fingerprint"]): ok(r)["metrics"] for r in rows}
+        for rows in (one, two)
     )
     same = a.keys() == b.keys() and len(one) == len(a) and len(two) == len(b)
     differ = [

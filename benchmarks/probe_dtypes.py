@@ -21,8 +21,8 @@ from transformers import AutoTokenizer
 
 from bytecanary import keys
 from bytecanary.checkpoints import load_gpt2
-from bytecanary.probes.common import get_probe
 from bytecanary.probes.registry import NO_CONTEXT
+from bytecanary.probes.specs import get_probe
 
 # the metrics that are shares of samples or items: strict, partial, gold win, cloze accuracy...
 SHARES = {"strict", "partial", "soft", "gold_win_rate", "term_match", "acc", "acc_norm"}

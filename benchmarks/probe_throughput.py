@@ -99,9 +99,9 @@ def run_suite(model: str, data: str, config: str) -> dict:
     """Seconds of one fire of each probe entry of ``config`` (best of two, after a warm-up
     fire), and how many of the config's planned checkpoints its cadence fires at."""
     from bytecanary.config import read_yaml
-    from bytecanary.probes.common import build_probes
     from bytecanary.probes.pipeline import Pipeline
     from bytecanary.probes.runner import probe_specs
+    from bytecanary.probes.specs import build_probes
     from bytecanary.train.checkpointing import ScheduledCheckpoint
     from bytecanary.train.cli import RunConfig
 
@@ -154,8 +154,8 @@ def print_suite(result: dict, model: str, config: str) -> None:
 
 
 def run_side(side: str, model: str, data: str, per_language: int, batch: int) -> dict:
-    from bytecanary.probes.common import pad_id
     from bytecanary.probes.engine import left_pad
+    from bytecanary.probes.models import pad_id
 
     net, tokenizer, probe, prep = build(model, data, per_language, batch)
     prompts = [list(s.prompt_ids) for s in prep.samples]

@@ -24,7 +24,7 @@ from typing import Any
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import cut_torn_tail, named, parse_jsonl
 
-SCHEMA = 2  # bump when a field changes meaning (2: checkpoint_id); records without it are schema 0
+SCHEMA = 3  # bump when a field changes (2: checkpoint_id; 3: fingerprint, once params); none: schema 0
 NO_METRICS = "no metrics (empty eval set?)"
 Identity = tuple[str, str, int | None, str | None]
 
@@ -56,8 +56,9 @@ class Record:
     probe: str
     version: int | None
     """The probe's version: bumped when its outputs change for the same parameters."""
-    params: str | None
-    """The probe's fingerprint: a hash of its parameters and eval files' contents."""
+    fingerprint: str | None
+    """A hash of the probe's parameters, its eval files' contents and the dtype (records of
+    schema 2 and before call it ``params``)."""
     status: str  # "ok" | "failed"
     error: str | None
     seconds: float
@@ -77,7 +78,12 @@ class Record:
 
     @classmethod
     def of(
-        cls, context: Context, probe: Any, params: str | None, metrics: dict[str, float] | None, **how: Any
+        cls,
+        context: Context,
+        probe: Any,
+        fingerprint: str | None,
+        metrics: dict[str, float] | None,
+        **how: Any,
     ) -> Record:
         """The record of ``probe`` (name, version) at ``context``; ``how`` holds ``seconds``,
         ``threads``, ``error``, ``worker``, ``dtype`` and ``batch_size``. A run that raised
@@ -87,7 +93,7 @@ class Record:
             **context.fields(),
             probe=probe.name,
             version=probe.version,
-            params=params,
+            fingerprint=fingerprint,
             status="failed" if error else "ok",
             error=error,
             seconds=round(how["seconds"], 3),
@@ -105,17 +111,19 @@ class Record:
     @property
     def identity(self) -> Identity:
         where = self.checkpoint_id or self.checkpoint
-        return identity(where, self.step, self.probe, self.version, self.params)
+        return identity(where, self.step, self.probe, self.version, self.fingerprint)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
 
 
-def identity(checkpoint: str | None, step: int | None, probe: str, version: int | None, params: str | None):
+def identity(
+    checkpoint: str | None, step: int | None, probe: str, version: int | None, fingerprint: str | None
+):
     """What makes two records the same result: the checkpoint (its ``checkpoint_id`` where it
     has one, so a moved or copied run is the same run; for a fire on the live module, which
     has no file, its step), the probe, its version and its fingerprint."""
-    return (checkpoint if checkpoint is not None else f"live step {step}", probe, version, params)
+    return (checkpoint if checkpoint is not None else f"live step {step}", probe, version, fingerprint)
 
 
 FIELDS = set(Record.__dataclass_fields__)
@@ -137,7 +145,9 @@ def problem(row: Any) -> str | None:
 
 def _record(row: dict[str, Any]) -> Record:
     known = {k: v for k, v in row.items() if k in FIELDS}
-    defaults = {"version": None, "params": None, "error": None, "seconds": 0.0, "threads": None}
+    if "params" in row and "fingerprint" not in row:  # schema 2 and before
+        known["fingerprint"] = row["params"]
+    defaults = {"version": None, "fingerprint": None, "error": None, "seconds": 0.0, "threads": None}
     return Record(**{"checkpoint": None, "step": None, "tokens_seen": None, **defaults, "schema": 0, **known})
 
 
@@ -271,7 +281,10 @@ def append(path: str | Path, record: Record) -> bool:
             if trouble:
                 raise BytecanaryError(trouble)
             data = cut_torn_tail(f, data)
-            candidates = _lines_with(data, f'"params": {json.dumps(record.params)}'.encode())
+            mark = json.dumps(record.fingerprint)
+            candidates = b"".join(
+                _lines_with(data, f'"{k}": {mark}'.encode()) for k in ("fingerprint", "params")
+            )
             if record.identity in done(parse(candidates, path)):
                 return False
             f.write((record.to_json() + "\n").encode("utf-8"))
@@ -294,11 +307,11 @@ def merge(records: Iterable[Record], on_left_out: Callable[[str], None] | None =
     kept = _newest_parameterisations(ok, on_left_out)
     merged: dict[tuple[str, str], Record] = {}
     for record in ok:
-        if (record.probe, record.params) not in kept:
+        if (record.probe, record.fingerprint) not in kept:
             continue
         key = (record.identity[0], record.probe)
         old = merged.get(key)
-        if old is not None and old.params != record.params:
+        if old is not None and old.fingerprint != record.fingerprint:
             record = Record(**{**asdict(record), "metrics": {**old.metrics, **record.metrics}})
         merged[key] = record
     return list(merged.values())
@@ -311,12 +324,12 @@ def _same_measure(a: set[str], b: set[str]) -> bool:
 def _newest_parameterisations(
     ok: list[Record], on_left_out: Callable[[str], None] | None
 ) -> set[tuple[str, str | None]]:
-    """The (probe, params) kept: newest first, each that measures other things than every
+    """The (probe, fingerprint) pairs kept: newest first, each that measures other things than every
     newer one kept (fewer than half of the smaller key set in common)."""
     keys: dict[tuple[str, str | None], set[str]] = {}
     counts: dict[tuple[str, str | None], int] = {}
     for record in ok:  # dict order: by first appearance; moved to the end by each later one
-        pair = (record.probe, record.params)
+        pair = (record.probe, record.fingerprint)
         keys[pair] = keys.pop(pair, set()) | set(record.metrics)
         counts[pair] = counts.get(pair, 0) + 1
     kept: dict[tuple[str, str | None], set[str]] = {}
@@ -325,9 +338,9 @@ def _newest_parameterisations(
         if not newer:
             kept[pair] = keys[pair]
         elif on_left_out is not None:
-            probe, params = pair
+            probe, fingerprint = pair
             on_left_out(
-                f"{probe}: {counts[pair]} records with params {params} left out: they measure the "
-                f"same keys as the newer params {newer[0][1]} with other parameters"
+                f"{probe}: {counts[pair]} records with fingerprint {fingerprint} left out: they measure the "
+                f"same keys as the newer fingerprint {newer[0][1]} with other parameters"
             )
     return set(kept)

@@ -35,11 +35,11 @@ from tqdm.auto import tqdm
 
 from bytecanary import keys, records
 from bytecanary.errors import BytecanaryError
-from bytecanary.probes.common import build_probes
 from bytecanary.probes.inputs import Inputs
 from bytecanary.probes.numerics import probe_dtype
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import Probe
+from bytecanary.probes.specs import build_probes
 from bytecanary.probes.targets import Loaded, Loader, Target, in_folder
 from bytecanary.records import Context, Record
 

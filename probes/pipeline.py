@@ -241,16 +241,16 @@ class Pipeline:
         broken: str | bool | None = False  # looked at once, before the first pair that runs
         appended = []
         for index, samples in zip(indices, prepared, strict=True):
-            probe, params = self.probes[index], self.fingerprint(index, loaded.data_dir, dtype)
+            probe, fingerprint = self.probes[index], self.fingerprint(index, loaded.data_dir, dtype)
             done = self._done(context, index, loaded.data_dir, self.finished(), dtype) if rank0() else None
             if broadcast(done):
                 continue  # another process finished it meanwhile
             if broken is False:
                 broken = nonfinite(loaded.model)
             if broken:
-                record = self._failed(probe, params, context, f"non-finite weights: {broken}", dtype)
+                record = self._failed(probe, fingerprint, context, f"non-finite weights: {broken}", dtype)
             else:
-                record = self._measure_one(index, loaded, samples, params, context)
+                record = self._measure_one(index, loaded, samples, fingerprint, context)
             appended += self._append([record])
             self._check_strict(probe, context, record)
         return appended
@@ -269,12 +269,12 @@ class Pipeline:
         return appended
 
     def _failed(
-        self, probe: Probe, params: str | None, context: Context, error: str, dtype: str | None = None
+        self, probe: Probe, fingerprint: str | None, context: Context, error: str, dtype: str | None = None
     ) -> Record | None:
         """A failed record of ``probe`` that did not run (rank 0; None elsewhere)."""
         if not rank0():
             return None
-        return Record.of(context, probe, params, None, error=error, **self._how(0.0, None, dtype))
+        return Record.of(context, probe, fingerprint, None, error=error, **self._how(0.0, None, dtype))
 
     def _how(self, seconds: float, batch_size: int | None, dtype: str | None) -> dict[str, Any]:
         threads = torch.get_num_threads()
@@ -282,7 +282,7 @@ class Pipeline:
         return how | ({"batch_size": batch_size} if batch_size is not None else {})
 
     def _measure_one(
-        self, index: int, loaded: Loaded, samples: Any, params: str, context: Context
+        self, index: int, loaded: Loaded, samples: Any, fingerprint: str, context: Context
     ) -> Record | None:
         """Probe ``index`` on the loaded model; rank 0 returns its record."""
         start = time.perf_counter()
@@ -297,7 +297,7 @@ class Pipeline:
             except Exception as err:
                 error = f"{type(err).__name__}: {err}"
         how = self._how(time.perf_counter() - start, probe.batch_size, dtype_name(loaded.model))
-        return Record.of(context, self.probes[index], params, metrics, error=error, **how)
+        return Record.of(context, self.probes[index], fingerprint, metrics, error=error, **how)
 
     def _compute(self, index: int, loaded: Loaded, samples: Any) -> tuple[Probe, list[Any]]:
         """(the probe as it ran, every rank's payload). A first batch that does not fit in

@@ -40,21 +40,11 @@ from bytecanary import utf8
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.data.evalsets import Level0Set
 from bytecanary.errors import BytecanaryError
-from bytecanary.probes.common import (
-    Checked,
-    GenerationSettings,
-    PerSample,
-    Sizes,
-    at_least,
-    context_size,
-    eval_set_files,
-    output_size,
-    pad_id,
-    sliding_window,
-    within,
-)
 from bytecanary.probes.dist import merge_shards, shard_indices
 from bytecanary.probes.engine import Decoding, Sampling, generate
+from bytecanary.probes.evalsets import eval_set_files
+from bytecanary.probes.models import context_size, output_size, pad_id, sliding_window
+from bytecanary.probes.params import Checked, GenerationSettings, PerSample, Sizes, at_least, within
 from bytecanary.probes.registry import Probe
 from bytecanary.probes.utf8_results import SampleResults, group_metrics, tier_gaps, write_records
 from bytecanary.records import Context

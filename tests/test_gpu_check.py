@@ -75,7 +75,7 @@ def test_records_agree_pair_for_pair_on_smooth_metrics_within_1e_4(gpu_check):
     def record(step: int, p: float, partial: float = 0.5, **more: float) -> dict:
         where = {"checkpoint": f"step{step}.safetensors", "step": step}
         metrics = {"probe/level0/all/all/p_valid": p, "probe/level0/all/all/partial": partial, **more}
-        return where | {"probe": "level0", "params": "p", "status": "ok", "metrics": metrics}
+        return where | {"probe": "level0", "fingerprint": "p", "status": "ok", "metrics": metrics}
 
     nan = float("nan")
     one = [record(1, 1.0, n=nan), record(2, 0.0)]

@@ -86,7 +86,7 @@ def test_a_forbidden_import_is_caught(tmp_path):
         "bytecanary/cli.py": "from bytecanary.train.cli import main\nfrom bytecanary.report import summary\n",
         "bytecanary/demo.py": "import train.cli\n",  # the face, but the bare name
         "probes/mcqa/probe.py": "from ..runner import run\n",  # allowed, relative
-        "bytecanary/data/prepare.py": "from ..probes import common\n",
+        "bytecanary/data/prepare.py": "from ..probes import specs\n",
     }
     for rel, text in broken.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +96,7 @@ def test_a_forbidden_import_is_caught(tmp_path):
         "bytecanary/data/corpus.py imports bytecanary.probes",
         "bytecanary/data/corpus.py imports bytecanary.probes.registry",
         "bytecanary/data/prepare.py imports bytecanary.probes",
-        "bytecanary/data/prepare.py imports bytecanary.probes.common",
+        "bytecanary/data/prepare.py imports bytecanary.probes.specs",
         "bytecanary/demo.py imports train.cli",
         "bytecanary/stats.py imports bytecanary.report",
         "bytecanary/stats.py imports bytecanary.report.analysis",

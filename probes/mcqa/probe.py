@@ -42,19 +42,9 @@ from bytecanary.data.languages import LANGUAGES
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import warn
 from bytecanary.keys import CLOZE, GENERATED_PROTOCOLS, MCQA_PROTOCOLS, SCORED_PROTOCOLS
-from bytecanary.probes.common import (
-    DEFAULT_DATA_DIR,
-    Checked,
-    GenerationSettings,
-    PerSample,
-    Sizes,
-    at_least,
-    context_size,
-    evalsets_dir,
-    pad_id,
-)
 from bytecanary.probes.dist import merge_shards, shard_indices
 from bytecanary.probes.engine import Sampling
+from bytecanary.probes.evalsets import DEFAULT_DATA_DIR, evalsets_dir
 from bytecanary.probes.mcqa.aggregate import mcqa_metrics
 from bytecanary.probes.mcqa.dashed import Matcher
 from bytecanary.probes.mcqa.generation import Answering, generate_answers, grade
@@ -70,6 +60,8 @@ from bytecanary.probes.mcqa.tasks import (
     word_completion_items,
 )
 from bytecanary.probes.mcqa.views import View, build_views, view_tokens
+from bytecanary.probes.models import context_size, pad_id
+from bytecanary.probes.params import Checked, GenerationSettings, PerSample, Sizes, at_least
 from bytecanary.probes.registry import Probe, register_probe
 from bytecanary.records import Context
 

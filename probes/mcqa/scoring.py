@@ -31,7 +31,7 @@ import torch
 
 from bytecanary.io import warn_once
 from bytecanary.probes import batching
-from bytecanary.probes.common import sliding_window
+from bytecanary.probes.models import sliding_window
 
 
 @dataclass

@@ -13,8 +13,8 @@ import pytest
 from bytecanary.cli import main
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes.claims import MAX_LEASE, Claims
-from bytecanary.probes.common import build_probes
 from bytecanary.probes.pipeline import Pipeline
+from bytecanary.probes.specs import build_probes
 from bytecanary.probes.targets import Target
 from bytecanary.records import read as read_records
 

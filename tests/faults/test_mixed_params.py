@@ -20,7 +20,7 @@ def _mixed_run(tmp_path):
     half = set(TOKENS[: len(TOKENS) // 2])
     rows = records.read(run / "probes.jsonl")
     rows = [
-        dataclasses.replace(r, params="q", metrics={**r.metrics, "probe/level0/all/all/n": 2048.0})
+        dataclasses.replace(r, fingerprint="q", metrics={**r.metrics, "probe/level0/all/all/n": 2048.0})
         if r.probe == "level0" and r.tokens_seen in half
         else r
         for r in rows
@@ -33,9 +33,9 @@ def test_the_report_keeps_one_parameterisation_and_says_which_records_it_left_ou
     run = _mixed_run(tmp_path)
     assert main(["report", str(run), "--no-wandb"]) == 0
     err = capsys.readouterr().err
-    assert "level0: 10 records with params q left out" in err
+    assert "level0: 10 records with fingerprint q left out" in err
     md = (run / "report" / "report.md").read_text()
-    assert "Records left out (one curve per parameterisation)" in md and "params q left out" in md
+    assert "Records left out (one curve per parameterisation)" in md and "fingerprint q left out" in md
     kept = analysis.checkpoints(records.merge(records.read(run / "probes.jsonl")))
     n = {c.value("probe/level0/all/all/n") for c in kept if c.value("probe/level0/all/all/n") is not None}
     assert n == {4096.0}  # one parameterisation: never a curve of mixed n
@@ -46,8 +46,8 @@ def test_entries_that_measure_other_things_still_add_up(tmp_path, capsys):
     out = tmp_path / "p.jsonl"
     scored = {"probe/mcqa/t/cloze/acc": 0.5, "probe/mcqa/t/n": 8.0}
     generated = {"probe/mcqa/t/dashed/acc": 0.25, "probe/mcqa/t/n": 8.0}
-    rows = [dataclasses.replace(record(4096, "mcqa", scored), params="s")]
-    rows.append(dataclasses.replace(record(4096, "mcqa", generated), params="g"))
+    rows = [dataclasses.replace(record(4096, "mcqa", scored), fingerprint="s")]
+    rows.append(dataclasses.replace(record(4096, "mcqa", generated), fingerprint="g"))
     write_jsonl(out, rows)
     left_out: list[str] = []
     (merged,) = records.merge(records.read(out), left_out.append)

@@ -15,9 +15,9 @@ import torch
 from bytecanary.cli import main
 from bytecanary.keys import SCORED_PROTOCOLS
 from bytecanary.probes import batching, engine, numerics
-from bytecanary.probes.common import build_probes
 from bytecanary.probes.numerics import is_oom, probe_dtype
 from bytecanary.probes.pipeline import Pipeline
+from bytecanary.probes.specs import build_probes
 from bytecanary.probes.targets import Loader, data_dir_of, in_folder
 from bytecanary.records import read as read_records
 
@@ -200,6 +200,6 @@ def test_each_dtype_is_its_own_measurement_and_float32_keeps_the_old_fingerprint
         (4, "float32"),
         (8, "float32"),
     ]
-    assert rows[0].params != rows[2].params and rows[0].metrics.keys() == rows[2].metrics.keys()
+    assert rows[0].fingerprint != rows[2].fingerprint and rows[0].metrics.keys() == rows[2].metrics.keys()
     loaded = Loader("cpu", torch.bfloat16).load(in_folder(trained)[0])
     assert {p.dtype for p in loaded.model.parameters()} == {torch.bfloat16}

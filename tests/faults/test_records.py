@@ -143,3 +143,31 @@ def test_relogging_a_report_prints_one_sync_of_every_offline_folder(tmp_path, mo
     assert main(["report", str(run)]) == 0
     assert_one_sync_of_every_offline_run(capsys.readouterr().out, run, 2)
     assert all(f.name.endswith("-feedbeef") for f in (run / "wandb").glob("offline-run-*"))
+
+
+def test_records_of_schema_2_read_their_params_as_the_fingerprint(tmp_path):
+    from types import SimpleNamespace
+
+    from bytecanary.records import Context, Record, append, read
+
+    metrics = {"probe/level0/all/all/partial": 1.0}
+    old = {
+        "checkpoint": "c",
+        "step": 1,
+        "tokens_seen": 2,
+        "probe": "level0",
+        "version": 1,
+        "params": "abc123",
+    }
+    old |= {"status": "ok", "error": None, "seconds": 0.1, "threads": 1, "metrics": metrics, "schema": 2}
+    path = tmp_path / "probes.jsonl"
+    path.write_text(json.dumps(old) + "\n")
+    [record] = read(path)
+    assert (record.fingerprint, record.schema) == ("abc123", 2)
+    probe = SimpleNamespace(name="level0", version=1)
+    again = Record.of(Context("c", 1, 2), probe, "abc123", metrics, seconds=0.1, threads=1)
+    assert not append(path, again)  # done: the old record's params is this fingerprint
+    other = Record.of(Context("c", 1, 2), probe, "def456", metrics, seconds=0.1, threads=1)
+    assert append(path, other)
+    line = json.loads(path.read_text().splitlines()[-1])
+    assert line["fingerprint"] == "def456" and "params" not in line and line["schema"] == 3

@@ -92,7 +92,7 @@ def test_a_sidecars_probes_join_the_training_group_and_a_report_logs_them_into_i
 def _record(tokens: int, worker: str | None, where: str = "/r", **metrics: float) -> Record:
     return Record(
         checkpoint=f"{where}/step{tokens}.safetensors", step=tokens // 10, tokens_seen=tokens, probe="level0",
-        version=1, params="p", status="ok", error=None, seconds=1.0, threads=1,
+        version=1, fingerprint="p", status="ok", error=None, seconds=1.0, threads=1,
         metrics={PARTIAL: 0.5, **metrics}, worker=worker,
     )  # fmt: skip
 

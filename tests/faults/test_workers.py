@@ -98,7 +98,7 @@ def test_torchrun_equals_a_single_process_pair_for_pair(series, tmp_path):
     assert {r.worker.rsplit(":", 1)[1] for r in rows} <= {"rank0", "rank1"}
     for r in rows:
         ref = base[(r.checkpoint, r.probe)]
-        assert (r.step, r.params, r.checkpoint_id) == (ref.step, ref.params, ref.checkpoint_id)
+        assert (r.step, r.fingerprint, r.checkpoint_id) == (ref.step, ref.fingerprint, ref.checkpoint_id)
         assert_same_measurement(r.metrics, ref.metrics)
 
 

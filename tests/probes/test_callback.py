@@ -77,7 +77,7 @@ def test_failing_probe_is_recorded_and_training_goes_on(tmp_path, small_data):
     ]
     assert rows[0].error == "ValueError: boom" and rows[0].metrics == {}
     level0 = get_probe("level0", trial=True, per_language=2)
-    assert (rows[1].version, rows[1].params) == (level0.version, level0.fingerprint(small_data))
+    assert (rows[1].version, rows[1].fingerprint) == (level0.version, level0.fingerprint(small_data))
     assert rows[1].checkpoint == str((tmp_path / "checkpoints" / "step0000002.safetensors").resolve())
     assert rows[3].tokens_seen == 4 * 4 * 32
     assert module.model.training  # train mode restored
@@ -170,7 +170,7 @@ def test_fires_probe_the_weights_file_in_one_reused_model(tmp_path, small_data, 
     monkeypatch.undo()
     pipeline = Pipeline([get_probe("level0", trial=True, per_language=2)], tmp_path / "again.jsonl")
     (again,) = pipeline.probe(Loader("cpu"), Target.file(row.checkpoint), [0])
-    assert (again.step, again.tokens_seen, again.params) == (row.step, row.tokens_seen, row.params)
+    assert (again.step, again.tokens_seen, again.fingerprint) == (row.step, row.tokens_seen, row.fingerprint)
     assert (again.step, again.tokens_seen) == (4, 4 * 4 * 32)
     assert again.metrics == row.metrics
 
@@ -190,7 +190,7 @@ def test_checkpoint_fires_compute_in_the_probe_dtype_and_live_fires_in_the_modul
     ]
     probe = get_probe("level0", trial=True, per_language=1)
     data_dir = checkpoint_data_dir(load_gpt2(rows[1].checkpoint)[0])
-    assert {rows[0].params, rows[1].params} == {
+    assert {rows[0].fingerprint, rows[1].fingerprint} == {
         probe.fingerprint(data_dir),
         probe.fingerprint(data_dir, "bfloat16"),
     }
@@ -199,7 +199,11 @@ def test_checkpoint_fires_compute_in_the_probe_dtype_and_live_fires_in_the_modul
     (again,) = Pipeline([probe], tmp_path / "again.jsonl", dtype=torch.bfloat16).probe(
         Loader("cpu", torch.bfloat16), Target.file(rows[3].checkpoint), [0]
     )
-    assert (again.params, again.dtype, again.metrics) == (rows[3].params, "bfloat16", rows[3].metrics)
+    assert (again.fingerprint, again.dtype, again.metrics) == (
+        rows[3].fingerprint,
+        "bfloat16",
+        rows[3].metrics,
+    )
 
 
 def test_the_callback_and_bytecanary_probe_fail_a_probe_alike(tmp_path, small_data):
@@ -210,7 +214,17 @@ def test_the_callback_and_bytecanary_probe_fail_a_probe_alike(tmp_path, small_da
     pipeline = Pipeline([Exploding()], tmp_path / "after.jsonl")
     (after,) = probe_targets(pipeline, Loader("cpu"), resolve([in_training.checkpoint]))
     assert after.status == in_training.status == "failed"
-    same = ("checkpoint", "step", "tokens_seen", "probe", "version", "params", "error", "metrics", "schema")
+    same = (
+        "checkpoint",
+        "step",
+        "tokens_seen",
+        "probe",
+        "version",
+        "fingerprint",
+        "error",
+        "metrics",
+        "schema",
+    )
     assert [getattr(after, f) for f in same] == [getattr(in_training, f) for f in same]
     assert read_records(tmp_path / "after.jsonl") == [after]
 
@@ -222,7 +236,7 @@ def test_a_cadence_picks_its_checkpoints_in_training_and_in_catch_up(tmp_path, s
     trainer, _ = _fit(tmp_path, small_data, [every, thin], max_steps=6, every_n_steps=1, logger=logger)
     rows = read_records(tmp_path / "probes.jsonl")
     assert all(r.status == "ok" for r in rows)
-    fired = [(r.step, r.params) for r in rows]
+    fired = [(r.step, r.fingerprint) for r in rows]
     plain, sparse = (get_probe("level0", trial=True, per_language=n).fingerprint(small_data) for n in (2, 1))
     # planned checkpoints 1..6: every 2nd from the first (1, 3, 5) and always the last (6)
     assert [s for s, p in fired if p == plain] == [1, 2, 3, 4, 5, 6]

@@ -10,9 +10,10 @@ import pytest
 
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes import PROBES, build_probes, get_probe, validate_specs
-from bytecanary.probes.common import context_size, eval_set_files, pad_id
 from bytecanary.probes.dist import merge_shards, shard_indices
+from bytecanary.probes.evalsets import eval_set_files
 from bytecanary.probes.level0 import Level0Probe
+from bytecanary.probes.models import context_size, pad_id
 from bytecanary.probes.registry import Probe
 
 

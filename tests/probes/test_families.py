@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from bytecanary.probes import get_probe
-from bytecanary.probes.common import output_size
+from bytecanary.probes.models import output_size
 from bytecanary.probes.registry import NO_CONTEXT
 
 from .reference import reference_metrics

@@ -16,9 +16,9 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from bytecanary import stats
 from bytecanary.errors import BytecanaryError
-from bytecanary.probes.common import get_probe
 from bytecanary.probes.mcqa.lm_eval_tasks import task_source
 from bytecanary.probes.registry import NO_CONTEXT
+from bytecanary.probes.specs import get_probe
 
 from .conftest import assert_clear_argmax
 

@@ -57,7 +57,7 @@ def test_folder_of_checkpoints_in_step_order_then_rerun_is_a_no_op(trained_run, 
     ]
     assert all(r.status == "ok" and r.tokens_seen == r.step * 8 * 32 for r in rows)
     versions = {"level0": 4, "level1": 3}  # a version changes only with what a probe reports
-    assert all(r.version == versions[r.probe] and len(r.params) == 12 for r in rows)
+    assert all(r.version == versions[r.probe] and len(r.fingerprint) == 12 for r in rows)
     weights = [str((trained_run / "checkpoints" / f"step{s:07d}.safetensors").resolve()) for s in (4, 8)]
     assert [r.checkpoint for r in rows] == [weights[0], weights[0], weights[1], weights[1]]
     text = summary(out)
@@ -101,7 +101,7 @@ SPECS = [{"name": "level0", "per_language": 2}, {"name": "level1", "per_language
 def _run(model_dir, out, specs=SPECS):
     before = len(read_records(out))
     assert run([str(model_dir)], specs, Job(out=str(out), trial=True, device="cpu")) == 0
-    return [(r.probe, r.version, r.params) for r in read_records(out)[before:]]
+    return [(r.probe, r.version, r.fingerprint) for r in read_records(out)[before:]]
 
 
 def test_same_version_and_parameters_is_nothing_to_do(hf_model, tmp_path, capsys):

@@ -122,7 +122,7 @@ def record(t: int, probe: str, metrics: dict, status: str = "ok") -> Record:
         tokens_seen=t,
         probe=probe,
         version=1,
-        params="p",
+        fingerprint="p",
         status=status,
         error=None if status == "ok" else "RuntimeError: boom",
         seconds=1.0,

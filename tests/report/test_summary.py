@@ -146,10 +146,12 @@ def test_a_defined_series_statistic_is_a_number_beside_an_undefined_one(tmp_path
 def test_a_probe_listed_twice_fills_one_row_per_checkpoint(tmp_path):
     """Scored MCQA at every checkpoint, generated MCQA (other parameters) at some: one row each."""
     scored = {"probe/mcqa/wordcomp_en/letter_separate/acc": 0.25}
-    rows = [{**_record(step, "mcqa", scored), "params": "scored"} for step in (1, 2)]
-    rows.append({**_record(2, "mcqa", {"probe/mcqa/nonsenseqa_en/dashed/acc": 0.75}), "params": "generated"})
+    rows = [{**_record(step, "mcqa", scored), "fingerprint": "scored"} for step in (1, 2)]
     rows.append(
-        {**_record(2, "mcqa", {"probe/mcqa/wordcomp_en/letter_separate/acc": 0.5}), "params": "scored"}
+        {**_record(2, "mcqa", {"probe/mcqa/nonsenseqa_en/dashed/acc": 0.75}), "fingerprint": "generated"}
+    )
+    rows.append(
+        {**_record(2, "mcqa", {"probe/mcqa/wordcomp_en/letter_separate/acc": 0.5}), "fingerprint": "scored"}
     )
     write_jsonl(tmp_path / "probes.jsonl", rows)
     text = summary(tmp_path / "probes.jsonl")
