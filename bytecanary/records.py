@@ -74,6 +74,10 @@ class Record:
     batch_size: int | None = None
     """The batch size that ran: the probe's own, or half of it and less where that ran out of
     memory (the fingerprint keeps the configured one)."""
+    measure: str | None = None
+    """A hash of what the probe measures, as it declares (``Probe.measures``): records of one
+    probe with the same measure are one curve (``merge``); records without one are told
+    apart by their keys."""
     schema: int = SCHEMA
 
     @classmethod
@@ -86,7 +90,7 @@ class Record:
         **how: Any,
     ) -> Record:
         """The record of ``probe`` (name, version) at ``context``; ``how`` holds ``seconds``,
-        ``threads``, ``error``, ``worker``, ``dtype`` and ``batch_size``. A run that raised
+        ``threads``, ``error``, ``worker``, ``dtype``, ``batch_size`` and ``measure``. A run that raised
         nothing but measured nothing failed too."""
         error = how.get("error") or (None if metrics else NO_METRICS)
         return cls(
@@ -102,6 +106,7 @@ class Record:
             worker=how.get("worker"),
             dtype=how.get("dtype"),
             batch_size=how.get("batch_size"),
+            measure=how.get("measure"),
         )
 
     @property
@@ -299,10 +304,12 @@ def merge(records: Iterable[Record], on_left_out: Callable[[str], None] | None =
     """One successful record per (checkpoint, probe), in file order of first appearance: a
     later record of the same identity replaces the earlier (a rerun), and records of the same
     probe with other parameters add their metrics when they measure other things (scored MCQA
-    protocols at every checkpoint, generated ones on a thinner cadence: a few keys such as a
-    task's ``n`` in common). Where two parameterisations of a probe measure the same things
-    (most keys in common: 4 against 8 characters per language), only the newest is kept,
-    never one curve of mixed ``n``: ``on_left_out`` hears of the records left out."""
+    protocols at every checkpoint, generated ones on a thinner cadence). Where two
+    parameterisations of a probe measure the same thing (4 against 8 characters per
+    language), only the newest is kept, never one curve of mixed ``n``: ``on_left_out``
+    hears of the records left out. What a record measures is its ``measure``, as the probe
+    declares it; records without one (schema 2 and before) measure the same thing when most
+    of their keys are in common."""
     ok = [r for r in records if r.ok]
     kept = _newest_parameterisations(ok, on_left_out)
     merged: dict[tuple[str, str], Record] = {}
@@ -317,22 +324,25 @@ def merge(records: Iterable[Record], on_left_out: Callable[[str], None] | None =
     return list(merged.values())
 
 
-def _same_measure(a: set[str], b: set[str]) -> bool:
-    return 2 * len(a & b) > min(len(a), len(b))
+def _same_measure(a: tuple[str | None, set[str]], b: tuple[str | None, set[str]]) -> bool:
+    """Whether two parameterisations, each (its declared measure, its keys), measure the same thing."""
+    if a[0] is not None and b[0] is not None:
+        return a[0] == b[0]
+    return 2 * len(a[1] & b[1]) > min(len(a[1]), len(b[1]))
 
 
 def _newest_parameterisations(
     ok: list[Record], on_left_out: Callable[[str], None] | None
 ) -> set[tuple[str, str | None]]:
-    """The (probe, fingerprint) pairs kept: newest first, each that measures other things than every
-    newer one kept (fewer than half of the smaller key set in common)."""
-    keys: dict[tuple[str, str | None], set[str]] = {}
+    """The (probe, fingerprint) pairs kept: newest first, each that measures other things than
+    every newer one kept (``_same_measure``)."""
+    keys: dict[tuple[str, str | None], tuple[str | None, set[str]]] = {}
     counts: dict[tuple[str, str | None], int] = {}
     for record in ok:  # dict order: by first appearance; moved to the end by each later one
         pair = (record.probe, record.fingerprint)
-        keys[pair] = keys.pop(pair, set()) | set(record.metrics)
+        keys[pair] = (record.measure, keys.pop(pair, (None, set()))[1] | set(record.metrics))
         counts[pair] = counts.get(pair, 0) + 1
-    kept: dict[tuple[str, str | None], set[str]] = {}
+    kept: dict[tuple[str, str | None], tuple[str | None, set[str]]] = {}
     for pair in reversed(keys):
         newer = [other for other in kept if other[0] == pair[0] and _same_measure(kept[other], keys[pair])]
         if not newer:
@@ -341,6 +351,6 @@ def _newest_parameterisations(
             probe, fingerprint = pair
             on_left_out(
                 f"{probe}: {counts[pair]} records with fingerprint {fingerprint} left out: they measure the "
-                f"same keys as the newer fingerprint {newer[0][1]} with other parameters"
+                f"same thing as the newer fingerprint {newer[0][1]} with other parameters"
             )
     return set(kept)

@@ -274,7 +274,8 @@ class Pipeline:
         """A failed record of ``probe`` that did not run (rank 0; None elsewhere)."""
         if not rank0():
             return None
-        return Record.of(context, probe, fingerprint, None, error=error, **self._how(0.0, None, dtype))
+        how = self._how(0.0, None, dtype) | {"measure": probe.measure()}
+        return Record.of(context, probe, fingerprint, None, error=error, **how)
 
     def _how(self, seconds: float, batch_size: int | None, dtype: str | None) -> dict[str, Any]:
         threads = torch.get_num_threads()
@@ -297,6 +298,7 @@ class Pipeline:
             except Exception as err:
                 error = f"{type(err).__name__}: {err}"
         how = self._how(time.perf_counter() - start, probe.batch_size, dtype_name(loaded.model))
+        how["measure"] = probe.measure()
         return Record.of(context, self.probes[index], fingerprint, metrics, error=error, **how)
 
     def _compute(self, index: int, loaded: Loaded, samples: Any) -> tuple[Probe, list[Any]]:

@@ -69,6 +69,18 @@ class Probe:
         """Read the probe's inputs and raise a one-line error on a bad one, before any model
         is loaded (probes with inputs override this)."""
 
+    def measures(self) -> dict[str, Any]:
+        """What the probe measures (which keys it writes), as opposed to how (sizes, seeds,
+        decoding): records with equal measures are one curve, of which the newest is kept;
+        records with other measures add their keys (``records.merge``). Override where a
+        parameter changes the keys."""
+        return {}
+
+    def measure(self) -> str:
+        """A short hash of ``measures``: every record carries it."""
+        blob = json.dumps(self.measures(), sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
     def eval_files(self, data_dir: Path | None) -> list[Path]:
         """The files whose contents the metrics depend on (eval sets, task files)."""
         return []

@@ -307,6 +307,10 @@ class Utf8Probe(Probe):
     Config = Utf8Config  # built as ``Level0Probe(Utf8Config(...))`` or ``Level0Probe(trial=True, ...)``
     config: Utf8Config
 
+    def measures(self) -> dict[str, Any]:
+        """Its eval sets decide its characters and terms; sizes, prefixes and decoding do not."""
+        return {"eval_sets": list(self.config.eval_sets or [])}
+
     def eval_files(self, data_dir: Path | None) -> list[Path]:
         return eval_set_files(self.config.eval_sets, data_dir, self.eval_set_pattern)
 

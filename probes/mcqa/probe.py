@@ -187,7 +187,7 @@ class McqaProbe(Probe):
     # in every record; raised whenever the same inputs give other metrics (the order in
     # which items are batched included: bootstrap CIs resample in that order), so records
     # of another version are probed again
-    version = 5  # 5: lm-eval encoding (context alone, BOS), a row per choice where a prompt overflows
+    version = 5
     Config = McqaConfig  # built as ``McqaProbe(McqaConfig(...))`` or ``McqaProbe(trial=True, ...)``
     config: McqaConfig
 
@@ -214,6 +214,17 @@ class McqaProbe(Probe):
     @property
     def generated(self) -> list[str]:
         return [p for p in self.protocols if p in GENERATED_PROTOCOLS]
+
+    def measures(self) -> dict[str, Any]:
+        """Its protocols and its tasks (benchmarks, word completion and NonsenseQA in which
+        languages) decide its keys; sizes, shots, seeds and decoding do not."""
+        cfg = self.config
+        return {
+            "protocols": sorted(self.protocols),
+            "tasks": sorted(s.name for s in self.sources),
+            "word_completion": self.languages if cfg.embedded_per_language else [],
+            "nonsense": self.languages if cfg.nonsense_per_language else [],
+        }
 
     def eval_files(self, data_dir: Path | None) -> list[Path]:
         """The prepared word-completion items, any local benchmark files and each lm-eval

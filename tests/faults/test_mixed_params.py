@@ -1,5 +1,5 @@
 """The report never draws one curve from two parameterisations of a probe: records of the same
-probe that measure the same keys with other parameters (4 against 8 characters per language)
+probe that measure the same thing with other parameters (4 against 8 characters per language)
 keep only the newest, and the report and the summary say which records they left out.
 Entries that measure other things (scored and generated MCQA) still add up."""
 
@@ -54,3 +54,37 @@ def test_entries_that_measure_other_things_still_add_up(tmp_path, capsys):
     assert merged.metrics == {**scored, **generated} and left_out == []
     summary(out)
     assert "left out" not in capsys.readouterr().err
+
+
+def test_the_merge_goes_by_what_the_probe_declares_it_measures_not_by_key_overlap(tmp_path):
+    from bytecanary.probes import get_probe
+
+    scored = get_probe("mcqa", protocols=["letter_separate", "cloze"])
+    more = get_probe("mcqa", protocols=["letter_separate", "cloze"], embedded_per_language=64)
+    other = get_probe("mcqa", protocols=["letter_merged"])
+    assert scored.measure() == more.measure() != other.measure()  # a size is not a measure
+    assert get_probe("level0", per_language=4).measure() == get_probe("level0", per_language=8).measure()
+    assert get_probe("level0").measure() != get_probe("level0", eval_sets=["paper.json"]).measure()
+
+    shared = {f"probe/mcqa/t{i}/n": 8.0 for i in range(6)}  # most keys in common
+    a = dataclasses.replace(record(4096, "mcqa", {**shared, "probe/mcqa/t0/cloze/acc": 0.5}), fingerprint="a")
+    b = dataclasses.replace(record(4096, "mcqa", {**shared, "probe/mcqa/t0/letter_merged/acc": 0.25}))
+    b = dataclasses.replace(b, fingerprint="b")
+    out = tmp_path / "p.jsonl"
+    write_jsonl(
+        out,
+        [dataclasses.replace(a, measure=scored.measure()), dataclasses.replace(b, measure=other.measure())],
+    )
+    (merged,) = records.merge(records.read(out))
+    assert merged.metrics == {**a.metrics, **b.metrics}  # declared other measures: both kept
+    write_jsonl(out, [a, b])  # without measures (older records), their keys decide: one kept
+    left_out: list[str] = []
+    (merged,) = records.merge(records.read(out), left_out.append)
+    assert merged.metrics == b.metrics and left_out == [
+        "mcqa: 1 records with fingerprint a left out: they measure the same thing as the newer "
+        "fingerprint b with other parameters"
+    ]
+    disjoint = dataclasses.replace(a, metrics={"probe/mcqa/t9/cloze/acc": 0.5}, measure="m")
+    write_jsonl(out, [disjoint, dataclasses.replace(b, measure="m")])  # declared the same: newest only
+    (merged,) = records.merge(records.read(out))
+    assert merged.metrics == b.metrics
