@@ -244,6 +244,25 @@ def language_of(key: str) -> str | None:
     return p[2] if len(p) > 3 and p[0] == "probe" and p[1] in ("level0", "level1") else None
 
 
+OWN_TABLES = ("level0", "level1", "mcqa")  # probes whose tables and headline are written out below
+GENERIC_COLUMNS = 8  # a probe without tables of its own: at most this many headline columns
+
+
+def generic_headline(probe: str, names: object) -> list[str]:
+    """The headline of a probe without tables of its own, among its keys ``names``: its
+    aggregates (``probe/<probe>/<metric>``, or every field ``all``), else its first keys,
+    sorted, at most ``GENERIC_COLUMNS``."""
+    own = sorted(k for k in names if probe_of(k) == probe)  # type: ignore[attr-defined]
+    overall = [k for k in own if all(f == "all" for f in k.split("/")[2:-1])]
+    return (overall or own)[:GENERIC_COLUMNS]
+
+
+def generic_label(key: str) -> str:
+    """A generic headline key's column: its fields but ``all`` and the metric, at most 10
+    characters (``probe/toy/all/logprob`` -> ``logprob``)."""
+    return "/".join(f for f in key.split("/")[2:] if f != "all")[:10]
+
+
 def languages_in(keys: object, probe: str) -> list[str]:
     """The languages (not ``all``) that ``probe``'s keys name, sorted."""
     return sorted({lang for k in keys if probe_of(k) == probe and (lang := language_of(k))} - {"all"})

@@ -78,6 +78,8 @@ def is_headline(key: str) -> bool:
             return p[2] in keys.TASK_GROUPS or p[3] == keys.CLOZE or keys.task_group(p[2]) == p[2] != "all"
         if len(p) == 5 and p[4] == "chance_gap":
             return p[2] == "nonsenseqa"
+    if p[0] == "probe" and len(p) > 2 and p[1] not in keys.OWN_TABLES:  # a probe without its own view
+        return all(f == "all" for f in p[2:-1])
     return False
 
 

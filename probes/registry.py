@@ -13,7 +13,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import functools
 import hashlib
+import importlib.metadata
 import json
 from pathlib import Path
 from typing import Any, ClassVar
@@ -129,6 +131,18 @@ class Probe:
         return self.aggregate(prepared, [self.compute(model, tokenizer, prepared)], context)
 
 
+@functools.cache
+def _load_plugins() -> None:
+    """Import every module under ``ENTRY_POINTS`` once: its ``@register_probe`` classes register."""
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        try:
+            entry.load()
+        except Exception as err:
+            raise BytecanaryError(
+                f"probe plugin {entry.name} ({entry.value}) failed to load: {type(err).__name__}: {err}"
+            ) from None
+
+
 def register_probe(name: str):
     """Class decorator adding a probe to the registry under ``name``."""
 
@@ -144,10 +158,17 @@ def register_probe(name: str):
     return wrap
 
 
+ENTRY_POINTS = "bytecanary.probes"  # the entry-point group of other packages' probes
+
+
 def probe_class(name: str) -> type[Probe]:
-    """The probe registered as ``name``; unknown names suggest the nearest one."""
+    """The probe registered as ``name``: bytecanary's own, or one another installed package
+    registers (its module named under the entry-point group ``bytecanary.probes``, loaded the
+    first time a name is not found); unknown names suggest the nearest one."""
     import bytecanary.probes  # noqa: F401  (importing the package registers every probe)
 
+    if name not in PROBES:
+        _load_plugins()
     if name not in PROBES:
         near = difflib.get_close_matches(name, PROBES, n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""

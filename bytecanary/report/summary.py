@@ -109,17 +109,20 @@ def summary(out: Path) -> str:
     for MCQA, the cross-checkpoint statistics under the table."""
     by_probe: dict[str, dict[str, Record]] = {}
     for r in _records(out):
-        if r.probe in TABLES or r.probe == "mcqa":
-            by_probe.setdefault(r.probe, {})[r.identity[0]] = r
+        by_probe.setdefault(r.probe, {})[r.identity[0]] = r
     blocks = []
     for probe, records in by_probe.items():
+        seen = {k for r in records.values() for k in r.metrics}
         if probe == "mcqa":
             title, names = "MCQA (accuracy, mean over tasks)", [n for n, _, _, _ in MCQA_COLUMNS]
-        else:
+        elif probe in TABLES:
             table = TABLES[probe]
-            langs = keys.languages_in({k for r in records.values() for k in r.metrics}, probe)
+            langs = keys.languages_in(seen, probe)
             cols = [key for _, key in table.headline] + [table.per_language(lang) for lang in langs]
             title, names = table.title, [n for n, _ in table.headline] + langs
+        else:  # a probe without a table of its own: its headline keys
+            cols = keys.generic_headline(probe, seen)
+            title, names = probe, [keys.generic_label(k) for k in cols]
         lines = [title, f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(f"{n:>11}" for n in names)]
         for r in _in_step_order(records):
             m = r.metrics

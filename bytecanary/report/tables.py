@@ -347,4 +347,21 @@ def build_tables(
         *_tier_tables(metrics, cps),
         *_gap_tables(cps),
         *_mcqa_tables(cps, series),
+        *_other_tables(metrics, cps),
+    ]
+
+
+def _other_tables(metrics: list[dict[str, Any]], cps: list[Checkpoint]) -> list[Table]:
+    """Per probe without tables of its own, its headline keys per checkpoint (``keys.generic_headline``)."""
+    seen = {k for c in cps for k in c.metrics}
+    probes = sorted({p for k in seen if (p := keys.probe_of(k))} - set(keys.OWN_TABLES))
+    return [
+        _checkpoint_table(
+            f"probe_{probe}",
+            f"{probe} per checkpoint",
+            metrics,
+            cps,
+            [(keys.generic_label(k), k) for k in keys.generic_headline(probe, seen)],
+        )
+        for probe in probes
     ]

@@ -1,0 +1,150 @@
+"""A probe of another package, in three files (its module and the two files of its metadata that
+name it under the ``bytecanary.probes`` entry points), with no declarations: ``bytecanary probe``
+finds it, and its records, the summary, the W&B payload and the report all show it."""
+
+import json
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from bytecanary import tracking
+from bytecanary.cli import main
+from bytecanary.errors import BytecanaryError
+from bytecanary.probes import registry
+from bytecanary.records import read as read_records
+
+from ..report.runs import TOKENS, make_run, record, write_jsonl
+
+TOY = '''
+    import torch
+
+    from bytecanary.probes.registry import Probe, register_probe
+
+
+    @register_probe("toy")
+    class ToyProbe(Probe):
+        """The mean log-probability of one sentence per language."""
+
+        def prepare(self, tokenizer, data_dir):
+            texts = {"en": "The cat sat.", "ja": "猫が座った。"}
+            return {lang: tokenizer(text)["input_ids"] for lang, text in texts.items()}
+
+        def compute(self, model, tokenizer, prepared, rank=0, world=1):
+            out = {}
+            for lang, ids in prepared.items():
+                x = torch.tensor([ids])
+                lp = model(input_ids=x).logits[0, :-1].float().log_softmax(-1)
+                out[lang] = float(lp.gather(-1, x[0, 1:, None]).mean())
+            return out
+
+        def aggregate(self, prepared, payloads, context):
+            scores = payloads[0]
+            mean = sum(scores.values()) / len(scores)
+            each = {f"probe/toy/{lang}/logprob": v for lang, v in scores.items()}
+            return each | {"probe/toy/all/logprob": mean}
+'''
+
+
+@pytest.fixture
+def toy_plugin(tmp_path, monkeypatch):
+    folder = tmp_path / "plugin"
+    (folder / "toyprobe-0.1.dist-info").mkdir(parents=True)
+    (folder / "toyprobe.py").write_text(textwrap.dedent(TOY))
+    (folder / "toyprobe-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: toyprobe\nVersion: 0.1\n"
+    )
+    (folder / "toyprobe-0.1.dist-info" / "entry_points.txt").write_text(
+        "[bytecanary.probes]\ntoy = toyprobe\n"
+    )
+    assert len([p for p in folder.rglob("*") if p.is_file()]) == 3
+    monkeypatch.syspath_prepend(str(folder))
+    registry._load_plugins.cache_clear()
+    yield
+    registry.PROBES.pop("toy", None)
+    sys.modules.pop("toyprobe", None)
+    registry._load_plugins.cache_clear()
+
+
+def test_a_probe_in_three_files_of_another_package_shows_everywhere(
+    toy_plugin, byte_fallback_tokenizer, tmp_path, capsys
+):
+    tok = byte_fallback_tokenizer
+    torch.manual_seed(0)
+    model_dir = tmp_path / "model"
+    GPT2LMHeadModel(
+        GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=1, n_head=2)
+    ).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    config, out = tmp_path / "probes.yaml", tmp_path / "p.jsonl"
+    config.write_text(json.dumps({"probes": [{"name": "toy"}]}))
+    args = [
+        "probe",
+        str(model_dir),
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+        "--no-wandb",
+        "--device",
+        "cpu",
+    ]
+    assert main(args) == 0
+    [rec] = read_records(out)
+    assert (
+        rec.probe == "toy"
+        and rec.ok
+        and set(rec.metrics)
+        == {
+            "probe/toy/en/logprob",
+            "probe/toy/ja/logprob",
+            "probe/toy/all/logprob",
+        }
+    )
+    assert rec.metrics["probe/toy/all/logprob"] < 0
+    # the summary: a table of its aggregate keys, not silence
+    printed = capsys.readouterr().out.splitlines()
+    at = printed.index("toy")
+    assert printed[at + 1].split()[-1] == "logprob"
+    assert printed[at + 2].split()[-1] == f"{rec.metrics['probe/toy/all/logprob']:.3f}"
+
+    # W&B: the aggregate as a charted scalar on the tokens_seen axis, the rest in its detail table
+    defined = {}
+    run = SimpleNamespace(define_metric=lambda key, **kwargs: defined.setdefault(key, kwargs))
+    logged = tracking.WandbView().payload(run, {**rec.metrics, "tokens_seen": 5, "step": 5}, 5)
+    assert logged["probe/toy/all/logprob"] == rec.metrics["probe/toy/all/logprob"]
+    assert "probe/toy/en/logprob" not in logged and "detail/toy" in logged
+    assert defined["probe/toy/all/logprob"]["step_metric"] == "tokens_seen"
+    assert tracking.detail_fields("probe/toy/en/logprob") == ("en", "logprob")
+
+    # the report: a table of it per checkpoint
+    (tmp_path / "r").mkdir()
+    run = make_run(tmp_path / "r")
+    rows = read_records(run / "probes.jsonl") + [
+        record(t, "toy", {"probe/toy/all/logprob": -t / 1e6}) for t in TOKENS
+    ]
+    write_jsonl(run / "probes.jsonl", rows)
+    assert main(["report", str(run), "--no-wandb"]) == 0
+    md = (run / "report" / "report.md").read_text()
+    assert "toy per checkpoint" in md and f"{-TOKENS[-1] / 1e6:.3f}" in md
+
+
+def test_a_plugin_that_does_not_import_is_one_line_naming_it(tmp_path, monkeypatch):
+    folder = tmp_path / "plugin" / "broken-0.1.dist-info"
+    folder.mkdir(parents=True)
+    (folder / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
+    (folder / "entry_points.txt").write_text("[bytecanary.probes]\nbad = no_such_module_here\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "plugin"))
+    registry._load_plugins.cache_clear()
+    try:
+        with pytest.raises(BytecanaryError) as err:
+            registry.probe_class("nope")
+    finally:
+        registry._load_plugins.cache_clear()
+    assert str(err.value) == (
+        "probe plugin bad (no_such_module_here) failed to load: "
+        "ModuleNotFoundError: No module named 'no_such_module_here'"
+    )
