@@ -144,7 +144,7 @@ SMOOTH = frozenset(
 
 def metric(key: str) -> Metric | None:
     """The metric a key ends with (``probe/level0/all/all/partial@t3`` -> ``partial@t``)."""
-    name = key.rsplit("/", 1)[-1]
+    name = metric_of(key)
     for stepped in ("partial@t", "p_valid@t", "p_complete@t"):
         if name.startswith(stepped):
             return METRICS[stepped]
@@ -163,7 +163,7 @@ def metric(key: str) -> Metric | None:
 def smooth(key: str) -> bool:
     """Whether ``key``'s metric is continuous in the weights (``SMOOTH``): the keys that
     computations of one model in other batch shapes, threads or processes can be held to."""
-    return key.rsplit("/", 1)[-1] in SMOOTH
+    return metric_of(key) in SMOOTH
 
 
 def higher_is_better(key: str) -> bool | None:
@@ -232,16 +232,48 @@ def probe_seconds(probe: str) -> str:
 # ---- key readers ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ProbeKey:
+    """A probe's key read back: ``probe/<probe>/<fields...>/<metric>``."""
+
+    probe: str
+    fields: tuple[str, ...]
+    metric: str
+
+
+def read(key: str) -> ProbeKey | None:
+    """``probe/level0/ja/rare/k1/strict`` -> ``ProbeKey("level0", ("ja", "rare", "k1"),
+    "strict")``; None for a key that is not a probe's."""
+    p = key.split("/")
+    return ProbeKey(p[1], tuple(p[2:-1]), p[-1]) if len(p) > 2 and p[0] == "probe" else None
+
+
+def root_of(key: str) -> str:
+    """What a key is about: ``train``, ``val``, ``probe``, ``perf``, or the key itself (the axes)."""
+    return key.split("/", 1)[0]
+
+
+def metric_of(key: str) -> str:
+    """The metric name a key ends with."""
+    return key.rsplit("/", 1)[-1]
+
+
+# the fields between ``probe/<probe>/`` and the metric, by probe (others: one ``group``)
+FIELDS = {"level0": ("language", "tier", "k"), "level1": ("language", "k"), "mcqa": ("task", "protocol")}
+
+
 def probe_of(key: str) -> str | None:
     """``level0`` for ``probe/level0/...``; None for other keys."""
-    p = key.split("/")
-    return p[1] if len(p) > 2 and p[0] == "probe" else None
+    parsed = read(key)
+    return parsed.probe if parsed is not None else None
 
 
 def language_of(key: str) -> str | None:
     """The language field of a UTF-8 probe key (``all`` for the aggregate)."""
-    p = key.split("/")
-    return p[2] if len(p) > 3 and p[0] == "probe" and p[1] in ("level0", "level1") else None
+    parsed = read(key)
+    if parsed is None or parsed.probe not in ("level0", "level1") or not parsed.fields:
+        return None
+    return parsed.fields[0]
 
 
 OWN_TABLES = ("level0", "level1", "mcqa")  # probes whose tables and headline are written out below
@@ -253,14 +285,16 @@ def generic_headline(probe: str, names: object) -> list[str]:
     aggregates (``probe/<probe>/<metric>``, or every field ``all``), else its first keys,
     sorted, at most ``GENERIC_COLUMNS``."""
     own = sorted(k for k in names if probe_of(k) == probe)  # type: ignore[attr-defined]
-    overall = [k for k in own if all(f == "all" for f in k.split("/")[2:-1])]
+    overall = [k for k in own if all(f == "all" for f in read(k).fields)]  # type: ignore[union-attr]
     return (overall or own)[:GENERIC_COLUMNS]
 
 
 def generic_label(key: str) -> str:
     """A generic headline key's column: its fields but ``all`` and the metric, at most 10
     characters (``probe/toy/all/logprob`` -> ``logprob``)."""
-    return "/".join(f for f in key.split("/")[2:] if f != "all")[:10]
+    parsed = read(key)
+    assert parsed is not None, key
+    return "/".join(f for f in (*parsed.fields, parsed.metric) if f != "all")[:10]
 
 
 def languages_in(keys: object, probe: str) -> list[str]:
@@ -269,8 +303,8 @@ def languages_in(keys: object, probe: str) -> list[str]:
 
 
 def mcqa_task_of(key: str) -> str | None:
-    p = key.split("/")
-    return p[2] if len(p) > 3 and p[:2] == ["probe", "mcqa"] else None
+    parsed = read(key)
+    return parsed.fields[0] if parsed is not None and parsed.probe == "mcqa" and parsed.fields else None
 
 
 def mcqa_tasks(keys: object) -> list[str]:
@@ -286,7 +320,8 @@ def task_group(task: str) -> str:
 
 def wrapper_cell(key: str) -> tuple[str, str] | None:
     """(task, family) of a ``probe/mcqa/<task>/wrapper_<family>/acc`` key, else None."""
-    p = key.split("/")
-    if len(p) == 5 and p[:2] == ["probe", "mcqa"] and p[3].startswith(WRAPPER) and p[4] == "acc":
-        return (p[2], p[3].removeprefix(WRAPPER)) if p[2] != "all" else None
-    return None
+    parsed = read(key)
+    if parsed is None or parsed.probe != "mcqa" or len(parsed.fields) != 2 or parsed.metric != "acc":
+        return None
+    task, protocol = parsed.fields
+    return (task, protocol.removeprefix(WRAPPER)) if protocol.startswith(WRAPPER) and task != "all" else None

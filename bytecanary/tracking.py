@@ -59,28 +59,38 @@ HEADLINE_LIMIT = 150  # scalar keys per run, at most (the axes and ``perf/*`` in
 
 def is_headline(key: str) -> bool:
     """Whether ``key`` is charted as a scalar (see ``headline_view`` for the derived ones)."""
-    p = key.split("/")
-    if p[0] in ("train", "perf") or key in (keys.TOKENS_SEEN, keys.STEP):
+    if keys.root_of(key) in ("train", "perf") or key in (keys.TOKENS_SEEN, keys.STEP):
         return True
-    if p[0] == "val":
-        return p[-1] in ("ppl", "loss")
-    if p[:2] == ["probe", "level0"] and len(p) == 5:
-        lang, tier, name = p[2], p[3], p[4]
-        return (tier == "all" and name in HEADLINE_LEVEL0) or (
-            lang != "all" and name in ("partial", "p_valid")
+    if keys.root_of(key) == "val":
+        return keys.metric_of(key) in ("ppl", "loss")
+    k = keys.read(key)
+    if k is None:
+        return False
+    if k.probe == "level0" and len(k.fields) == 2:
+        lang, tier = k.fields
+        return (tier == "all" and k.metric in HEADLINE_LEVEL0) or (
+            lang != "all" and k.metric in ("partial", "p_valid")
         )
-    if p[:2] == ["probe", "level1"] and len(p) == 4:
-        return p[3] == "term_match"
-    if p[:2] == ["probe", "mcqa"]:
-        if len(p) == 4:
-            return p[2] == "all" and p[3] in HEADLINE_MCQA_TASK
-        if len(p) == 5 and p[4] == "acc":  # per group (derived), and per task for cloze
-            return p[2] in keys.TASK_GROUPS or p[3] == keys.CLOZE or keys.task_group(p[2]) == p[2] != "all"
-        if len(p) == 5 and p[4] == "chance_gap":
-            return p[2] == "nonsenseqa"
-    if p[0] == "probe" and len(p) > 2 and p[1] not in keys.OWN_TABLES:  # a probe without its own view
-        return all(f == "all" for f in p[2:-1])
+    if k.probe == "level1" and len(k.fields) == 1:
+        return k.metric == "term_match"
+    if k.probe == "mcqa":
+        return _mcqa_headline(k)
+    if k.probe not in keys.OWN_TABLES:  # a probe without its own view: its aggregates
+        return all(f == "all" for f in k.fields)
     return False
+
+
+def _mcqa_headline(k: keys.ProbeKey) -> bool:
+    """Across tasks, FSI and PSI; per task group (derived) and per benchmark, accuracy; per
+    task, cloze accuracy; NonsenseQA's distance from chance."""
+    if len(k.fields) == 1:
+        return k.fields[0] == "all" and k.metric in HEADLINE_MCQA_TASK
+    if len(k.fields) != 2:
+        return False
+    task, protocol = k.fields
+    if k.metric == "acc":
+        return task in keys.TASK_GROUPS or protocol == keys.CLOZE or keys.task_group(task) == task != "all"
+    return k.metric == "chance_gap" and task == "nonsenseqa"
 
 
 def headline_view(metrics: dict[str, float]) -> dict[str, float]:
@@ -90,40 +100,34 @@ def headline_view(metrics: dict[str, float]) -> dict[str, float]:
     out = {k: v for k, v in metrics.items() if is_headline(k)}
     sums: dict[str, list[float]] = {}
     for key, value in metrics.items():
-        p = key.split("/")
-        if len(p) == 5 and p[:2] == ["probe", "mcqa"] and p[4] in ("acc", "chance_gap"):
-            group = keys.task_group(p[2])
+        k = keys.read(key)
+        if k is not None and k.probe == "mcqa" and len(k.fields) == 2 and k.metric in ("acc", "chance_gap"):
+            group = keys.task_group(k.fields[0])
             if group in keys.TASK_GROUPS:
-                sums.setdefault(keys.mcqa(group, p[3], p[4]), []).append(value)
+                sums.setdefault(keys.mcqa(group, k.fields[1], k.metric), []).append(value)
     out.update({k: sum(v) / len(v) for k, v in sums.items() if is_headline(k)})
     return out
 
 
 # ---- the detail grid: every other key as a table row ------------------------------------------
 
-DETAIL_COLUMNS = {
-    "level0": ("language", "tier", "k"),
-    "level1": ("language", "k"),
-    "mcqa": ("task", "protocol"),
-}
-
 
 def detail_columns(probe: str) -> tuple[str, ...]:
     """The fields a probe's keys carry between ``probe/<name>/`` and the metric."""
-    return DETAIL_COLUMNS.get(probe, ("group",))
+    return keys.FIELDS.get(probe, ("group",))
 
 
 def detail_fields(key: str) -> tuple[str, ...]:
     """(fields..., metric) of a probe key, ``all`` where a key aggregates over a field:
     ``probe/level0/ja/rare/k1/strict`` -> ("ja", "rare", "k1", "strict")."""
-    p = key.split("/")
-    probe, inner, name = p[1], p[2:-1], p[-1]
-    width = len(detail_columns(probe))
-    if probe not in DETAIL_COLUMNS:
-        return ("/".join(inner), name)
-    if probe == "mcqa" and len(inner) == 1:  # across protocols: probe/mcqa/<task>/<metric>
+    k = keys.read(key)
+    assert k is not None, key
+    inner = list(k.fields)
+    if k.probe not in keys.FIELDS:
+        return ("/".join(inner), k.metric)
+    if k.probe == "mcqa" and len(inner) == 1:  # across protocols: probe/mcqa/<task>/<metric>
         inner = [inner[0], "all"]
-    return (*inner, *(["all"] * (width - len(inner))), name)
+    return (*inner, *(["all"] * (len(keys.FIELDS[k.probe]) - len(inner))), k.metric)
 
 
 def wandb_mode() -> str:

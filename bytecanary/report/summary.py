@@ -165,7 +165,8 @@ def _tier_lines(record: Record) -> list[str]:
     """V_partial by language and frequency tier at one checkpoint (the last probed): the
     tiers of our eval sets when it has any, then any others a file names (a published file's)."""
     m = record.metrics
-    found = {p[3] for k in m if len(p := k.split("/")) == 5 and keys.probe_of(k) == "level0"} - {"all"}
+    parsed = [p for k in m if (p := keys.read(k)) is not None and p.probe == "level0" and len(p.fields) == 2]
+    found = {p.fields[1] for p in parsed} - {"all"}
     tiers = [*(TIERS if found & set(TIERS) else ()), *sorted(found - set(TIERS))]
     at = f"step {record.step}" if record.step is not None else _name(record)
     lines = [f"{'partial by tier, ' + at:<28}" + "".join(f"{t:>11}" for t in tiers)]
