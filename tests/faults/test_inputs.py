@@ -315,3 +315,32 @@ def test_a_weights_file_of_the_wrong_shape_names_the_tensor_and_both_shapes(trai
     assert main(["export", str(bad), str(tmp_path / "hf")]) == 2
     assert one_error(capsys.readouterr().err) == expected
     assert not out.exists() and not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        (
+            {"name": "level0", "per_langauge": 2},
+            "level0: unknown parameter 'per_langauge' (did you mean 'per_language'?)",
+        ),
+        ({"name": "levl0"}, "unknown probe 'levl0' (did you mean 'level0'?); known: "),
+        (
+            {"name": "level0", "per_language": "many"},
+            "level0: parameter 'per_language': expected int, got 'many'",
+        ),
+        ({"name": "mcqa", "protocols": ["clozee"]}, "mcqa: "),
+    ],
+    ids=["misspelt", "unknown probe", "mistyped", "bad value"],
+)
+def test_train_and_probe_refuse_a_bad_spec_in_the_same_words(
+    trained, small_data, tmp_path, capsys, spec, problem
+):
+    config = micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs", [spec])
+    assert main(["train", "--config", str(config), "--run.name", "p"]) == 2
+    from_train = one_error(capsys.readouterr().err)
+    out = tmp_path / "p.jsonl"
+    assert main(["probe", _step8(trained), "--config", str(config), "--no-wandb", "--out", str(out)]) == 2
+    from_probe = one_error(capsys.readouterr().err)
+    assert from_train == from_probe and from_train.startswith(f"error: {config}: probes: {problem}")
+    assert not (tmp_path / "runs" / "p").exists() and not out.exists()
