@@ -156,9 +156,7 @@ def command(cmd: list[str]) -> float:
     try:
         _, stderr = proc.communicate(timeout=BUDGET.left())
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        stop(proc)
         raise StepFailed(
             f"`{' '.join(cmd[-3:])}` ran past the part's budget of {BUDGET.seconds} s: killed"
         ) from None
@@ -185,6 +183,19 @@ def environment() -> dict[str, Any]:
         "numpy": numpy.__version__,
         "cpu_threads": torch.get_num_threads(),
     }
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to ``proc``'s process group, which torchrun passes on to its workers (they run
+    in sessions of their own), then SIGKILL; its pipes are closed, not read."""
+    for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+            break
+    for pipe in (proc.stdout, proc.stderr):
+        pipe.close()
 
 
 def prepare_data(data: str | None, smoke: bool, work: Path) -> Path:

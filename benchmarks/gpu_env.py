@@ -84,7 +84,8 @@ def installed(name: str) -> bool:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["missing"]:
-        print("\n".join(missing(argv[1:])))
+        for wheel in missing(argv[1:]):
+            print(wheel)
         return 0
     if argv == ["versions"]:
         line, wrong = versions()

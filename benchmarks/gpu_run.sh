@@ -21,7 +21,9 @@ done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-mapfile -t wheels < <("$py" "$root/benchmarks/gpu_env.py" missing "$carry"/wheels/*.whl)
+lacking=$("$py" "$root/benchmarks/gpu_env.py" missing "$carry"/wheels/*.whl)
+wheels=()
+[[ -z $lacking ]] || mapfile -t wheels <<<"$lacking"
 if ((${#wheels[@]})); then
     "$py" -m pip install -q --no-index --no-deps --no-compile --target "$tmp/site" "${wheels[@]}"
 fi
@@ -46,5 +48,6 @@ if ! "$py" -c "import wandb" 2>/dev/null; then
 fi
 export WANDB_MODE=disabled
 data=$(find "$carry/data" -mindepth 1 -maxdepth 1 -type d | sort | head -n 1)
+[[ -n $data ]] || { echo "gpu_run: $carry/data holds no prepared data folder: run benchmarks/gpu_wheels.sh here"; exit 2; }
 "$py" "$root/benchmarks/gpu_check.py" --out "$out/gpu_check.json" --data "$data" --work "$tmp" "$@"
 ((shims == 0)) || { echo "gpu_run: the shim tests failed (above)"; exit 1; }

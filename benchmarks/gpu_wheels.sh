@@ -34,7 +34,7 @@ done
 
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 bytes() { du -sb "$1" | cut -f1; }
-tree=$(cd "$root" && git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -n 1 | cut -f1)
+tree=$(cd "$root" && { git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null || true; } | tail -n 1 | cut -f1)
 wheels=$(bytes "$carry/wheels")
 data=$(bytes "$carry/data")
 total=$((tree + wheels + data))

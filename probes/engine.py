@@ -362,6 +362,8 @@ def generate(
     mass = np.zeros((n, max_new_tokens, classes.shape[1])) if classes is not None else None
 
     def step(lo: int, hi: int) -> None:
+        if gen is not None and lo == 0:  # a retry at a smaller size draws as if it had started so
+            gen.manual_seed(sampling.seed)
         rows = slice(lo, hi)
         pre = _prefill(model, prompts[rows], golds[rows], pad_id, last_only, max_new_tokens - 1)
         prompt_lp[rows], gold_lp[rows] = pre.prompt_logprob, pre.gold_logprob

@@ -25,13 +25,14 @@ def check_inputs(probe: Probe, data_dir: Path | None, where: str) -> None:
     before any model loads, for the training callback and ``bytecanary probe`` alike; its
     one-line error is put after ``where`` (the spec's source and the probe)."""
     key = _key(data_dir)
-    if key in probe.checked:
+    checked = probe.__dict__.setdefault("checked", set())  # data folders already read; clones share it
+    if key in checked:
         return
     try:
         probe.validate(data_dir)
     except BytecanaryError as err:
         raise BytecanaryError(f"{where}: {err}") from None
-    probe.checked.add(key)
+    checked.add(key)
 
 
 def _key(path: str | Path | None) -> str:

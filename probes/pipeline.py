@@ -71,12 +71,12 @@ def _compute_share(probe: Probe, loaded: Loaded, samples: Any, rank: int, world:
 
 def _settle(computed: list[Computed]) -> tuple[int, list[int]]:
     """(the batch size every rank runs at next, the sizes that ran out of memory, largest
-    first): the smallest size a rank ended at, halved where one ran out of memory after its
-    first batch (down to 1)."""
+    first): the smallest of the sizes the ranks ended at, a rank that ran out of memory after
+    its first batch counting half its size (down to 1)."""
     short = [c.size for c in computed if isinstance(c.payload, OutOfMemory)]
     tried = {size for c in computed for size in c.failed_at} | {size for size in short if size > 1}
-    size = min(c.size for c in computed)
-    return (max(size // 2, 1) if short else size), sorted(tried, reverse=True)
+    fit = [c.size for c in computed if not isinstance(c.payload, OutOfMemory)]
+    return min(fit + [max(size // 2, 1) for size in short]), sorted(tried, reverse=True)
 
 
 def nonfinite(model: Any) -> str | None:

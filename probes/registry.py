@@ -53,8 +53,6 @@ class Probe:
     def __init__(self, config: Any = None, **fields: Any) -> None:
         """``config`` (an instance of the probe's ``Config``) or its fields by name; a probe
         without a ``Config`` takes no parameters."""
-        self.checked: set[str] = set()
-        """The data folders whose inputs ``validate`` read (``pipeline.check_inputs``)."""
         if self.Config is None:
             if config is not None or fields:
                 raise TypeError(f"{type(self).__name__} takes no parameters")
@@ -132,15 +130,16 @@ class Probe:
 
 
 @functools.cache
-def _load_plugins() -> None:
-    """Import every module under ``ENTRY_POINTS`` once: its ``@register_probe`` classes register."""
+def _load_plugins() -> tuple[str, ...]:
+    """Import every module under ``ENTRY_POINTS`` once (its ``@register_probe`` classes
+    register); what failed, one ``name (module): error`` each, for the unknown-name error."""
+    failed = []
     for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
         try:
             entry.load()
         except Exception as err:
-            raise BytecanaryError(
-                f"probe plugin {entry.name} ({entry.value}) failed to load: {type(err).__name__}: {err}"
-            ) from None
+            failed.append(f"{entry.name} ({entry.value}): {type(err).__name__}: {err}")
+    return tuple(failed)
 
 
 def register_probe(name: str):
@@ -167,10 +166,10 @@ def probe_class(name: str) -> type[Probe]:
     first time a name is not found); unknown names suggest the nearest one."""
     import bytecanary.probes  # noqa: F401  (importing the package registers every probe)
 
-    if name not in PROBES:
-        _load_plugins()
+    failed = _load_plugins() if name not in PROBES else ()
     if name not in PROBES:
         near = difflib.get_close_matches(name, PROBES, n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
-        raise BytecanaryError(f"unknown probe {name!r}{hint}; known: {', '.join(sorted(PROBES))}")
+        broken = f"; probe plugins that failed to load: {'; '.join(failed)}" if failed else ""
+        raise BytecanaryError(f"unknown probe {name!r}{hint}; known: {', '.join(sorted(PROBES))}{broken}")
     return PROBES[name]

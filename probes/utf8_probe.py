@@ -309,7 +309,7 @@ class Utf8Probe(Probe):
 
     def measures(self) -> dict[str, Any]:
         """Its eval sets decide its characters and terms; sizes, prefixes and decoding do not."""
-        return {"eval_sets": list(self.config.eval_sets or [])}
+        return {"eval_sets": sorted(self.config.eval_sets or [])}
 
     def eval_files(self, data_dir: Path | None) -> list[Path]:
         return eval_set_files(self.config.eval_sets, data_dir, self.eval_set_pattern)

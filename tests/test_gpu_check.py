@@ -99,9 +99,11 @@ def gpu_env(monkeypatch):
     return gpu_env
 
 
-def test_gpu_env_installs_only_the_carried_wheels_this_python_lacks(gpu_env):
+def test_gpu_env_installs_only_the_carried_wheels_this_python_lacks(gpu_env, capsys):
     wheels = ["w/numpy-2.5.2-cp312-cp312-manylinux_2_28_x86_64.whl", "w/no_such_dist-1.0-py3-none-any.whl"]
     assert gpu_env.missing(wheels) == ["w/no_such_dist-1.0-py3-none-any.whl"]
+    assert gpu_env.main(["missing", wheels[0]]) == 0
+    assert capsys.readouterr().out == ""  # none: not even an empty line, which pip would refuse
 
 
 def test_gpu_env_names_the_version_that_blocks_in_one_line(gpu_env, monkeypatch, capsys):

@@ -222,8 +222,8 @@ class McqaProbe(Probe):
         return {
             "protocols": sorted(self.protocols),
             "tasks": sorted(s.name for s in self.sources),
-            "word_completion": self.languages if cfg.embedded_per_language else [],
-            "nonsense": self.languages if cfg.nonsense_per_language else [],
+            "word_completion": sorted(self.languages) if cfg.embedded_per_language else [],
+            "nonsense": sorted(self.languages) if cfg.nonsense_per_language else [],
         }
 
     def eval_files(self, data_dir: Path | None) -> list[Path]:

@@ -16,7 +16,7 @@ from bytecanary.cli import main
 from bytecanary.keys import SCORED_PROTOCOLS
 from bytecanary.probes import batching, engine, numerics
 from bytecanary.probes.numerics import is_oom, probe_dtype
-from bytecanary.probes.pipeline import Pipeline
+from bytecanary.probes.pipeline import Computed, OutOfMemory, Pipeline, _settle
 from bytecanary.probes.specs import build_probes
 from bytecanary.probes.targets import Loader, data_dir_of, in_folder
 from bytecanary.records import read as read_records
@@ -94,12 +94,13 @@ def test_out_of_memory_halves_the_batch_and_matches_a_run_at_that_size(trained, 
 
 class Batches:
     """Every batch the probes' engine computes, and the samples it computed before; an
-    out-of-memory error injected at the ``fail_at``-th prefill (counted from 1)."""
+    out-of-memory error injected at the ``fail_at``-th prefill (counted from 1), or with
+    ``in_decode`` in that batch's decoding, after a draw of a sampled run."""
 
-    def __init__(self, monkeypatch, fail_at: int) -> None:
+    def __init__(self, monkeypatch, fail_at: int, in_decode: bool = False) -> None:
         self.done: set[int] = set()
         self.twice, self.prefills, self.fail_at = 0, 0, fail_at
-        real_each, real_prefill = batching.each, engine._prefill
+        real_each, real_prefill, real_decode = batching.each, engine._prefill, engine._decode
 
         def each(n, size, step, costs=None):
             def counted(lo, hi):
@@ -111,19 +112,30 @@ class Batches:
 
         def prefill(*args, **kwargs):
             self.prefills += 1
-            if self.prefills == self.fail_at:
+            if self.prefills == self.fail_at and not in_decode:
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
             return real_prefill(*args, **kwargs)
 
+        def decode(model, pre, decoding, gen, *rest):
+            if self.prefills == self.fail_at and in_decode:
+                if gen is not None:
+                    torch.rand(1, generator=gen)  # draws made before memory ran out
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return real_decode(model, pre, decoding, gen, *rest)
+
         monkeypatch.setattr(batching, "each", each)
         monkeypatch.setattr(engine, "_prefill", prefill)
+        monkeypatch.setattr(engine, "_decode", decode)
 
 
-def test_out_of_memory_at_the_first_batch_is_retried_at_that_batch(trained, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
+def test_out_of_memory_at_the_first_batch_is_retried_at_that_batch(
+    trained, tmp_path, monkeypatch, capsys, sampled
+):
     target = in_folder(trained)[:1]
-    spec = [{**SPECS[0], "batch_size": 8}]
+    spec = [{**SPECS[0], "batch_size": 8, **({"temperature": 0.9, "seed": 5} if sampled else {})}]
     pipeline = Pipeline(build_probes(spec), tmp_path / "retried.jsonl")
-    batches = Batches(monkeypatch, fail_at=1)
+    batches = Batches(monkeypatch, fail_at=1, in_decode=sampled)
     [record] = pipeline.probe(Loader("cpu"), target[0], [0])
     n = len(batches.done)
     assert record.status == "ok" and record.batch_size == 4 and n > 3 * 8
@@ -133,6 +145,15 @@ def test_out_of_memory_at_the_first_batch_is_retried_at_that_batch(trained, tmp_
     direct = Pipeline(build_probes([{**spec[0], "batch_size": 4}]), tmp_path / "direct.jsonl")
     [want] = direct.probe(Loader("cpu"), target[0], [0])
     assert record.metrics == pytest.approx(want.metrics, rel=1e-6, abs=1e-9, nan_ok=True)
+
+
+def test_ranks_settle_on_the_smallest_size_that_fit_or_half_of_one_that_did_not():
+    fit_after_retry = Computed({}, 32, (64,))
+    short_later = Computed(OutOfMemory("out of memory at batch size 64"), 64)
+    assert _settle([fit_after_retry, short_later]) == (32, [64])
+    assert _settle([Computed({}, 64), Computed(OutOfMemory("x"), 64)]) == (32, [64])
+    assert _settle([Computed({}, 8), Computed({}, 8)]) == (8, [])
+    assert _settle([Computed(OutOfMemory("x"), 1)]) == (1, [])  # nothing smaller to try
 
 
 def test_out_of_memory_after_the_first_batch_runs_the_share_again(trained, tmp_path, monkeypatch):

@@ -132,7 +132,7 @@ def test_a_probe_in_three_files_of_another_package_shows_everywhere(
     assert "toy per checkpoint" in md and f"{-TOKENS[-1] / 1e6:.3f}" in md
 
 
-def test_a_plugin_that_does_not_import_is_one_line_naming_it(tmp_path, monkeypatch):
+def test_a_plugin_that_does_not_import_is_named_by_the_unknown_name_error(tmp_path, monkeypatch):
     folder = tmp_path / "plugin" / "broken-0.1.dist-info"
     folder.mkdir(parents=True)
     (folder / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
@@ -144,7 +144,9 @@ def test_a_plugin_that_does_not_import_is_one_line_naming_it(tmp_path, monkeypat
             registry.probe_class("nope")
     finally:
         registry._load_plugins.cache_clear()
-    assert str(err.value) == (
-        "probe plugin bad (no_such_module_here) failed to load: "
+    assert str(err.value).startswith("unknown probe 'nope'; known: level0, level1, mcqa")
+    assert str(err.value).endswith(
+        "; probe plugins that failed to load: bad (no_such_module_here): "
         "ModuleNotFoundError: No module named 'no_such_module_here'"
     )
+    assert "\n" not in str(err.value)
