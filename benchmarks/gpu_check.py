@@ -30,14 +30,10 @@ tests/test_gpu_check.py). On the GPU machine's own image, ``benchmarks/gpu_run.s
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import os
 import platform
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +49,7 @@ import tokenizers
 import torch
 import transformers
 import yaml
+from gpu_budget import BUDGET, command
 from gpu_compare import StepFailed, close, compare_records, ok
 
 from bytecanary import keys
@@ -124,45 +121,10 @@ def smoke_plan() -> Plan:
     return Plan(4, steps=12, log_every=2, fsdp_steps=0, probes=SMOKE_PROBES, flags=[*arch, *cpu])
 
 
-@dataclass
-class Budget:
-    """The part running now: its budget in seconds (None: no limit) and when it started."""
-
-    seconds: float | None = None
-    started: float = 0.0
-
-    def left(self) -> float | None:
-        return None if self.seconds is None else max(self.seconds - (time.perf_counter() - self.started), 0.0)
-
-
-BUDGET = Budget()
-
-
 def bytecanary(*args: str, ranks: int = 1) -> float:
     """Run ``bytecanary ARGS`` as a user would (``ranks`` > 1: under torchrun); its wall seconds."""
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
     return command([*(torchrun if ranks > 1 else [sys.executable]), "-m", "bytecanary.cli", *args])
-
-
-def command(cmd: list[str]) -> float:
-    """Run ``cmd`` within what is left of the part's budget; its wall seconds. Fails with its
-    stderr's tail, or, past the budget, kills it with every process it started."""
-    start = time.perf_counter()
-    safe = os.environ | {"PYTHONSAFEPATH": "1"}  # not the cwd's bytecanary/: gpu_run.sh lays one out
-    pipe = subprocess.PIPE
-    proc = subprocess.Popen(
-        cmd, stdout=pipe, stderr=pipe, text=True, cwd=ROOT, env=safe, start_new_session=True
-    )
-    try:
-        _, stderr = proc.communicate(timeout=BUDGET.left())
-    except subprocess.TimeoutExpired:
-        stop(proc)
-        raise StepFailed(
-            f"`{' '.join(cmd[-3:])}` ran past the part's budget of {BUDGET.seconds} s: killed"
-        ) from None
-    if proc.returncode != 0:
-        raise StepFailed(f"`{' '.join(cmd)}` exited {proc.returncode}:\n{stderr[-4000:]}")
-    return round(time.perf_counter() - start, 1)
 
 
 def environment() -> dict[str, Any]:
@@ -183,19 +145,6 @@ def environment() -> dict[str, Any]:
         "numpy": numpy.__version__,
         "cpu_threads": torch.get_num_threads(),
     }
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to ``proc``'s process group, which torchrun passes on to its workers (they run
-    in sessions of their own), then SIGKILL; its pipes are closed, not read."""
-    for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace)
-            break
-    for pipe in (proc.stdout, proc.stderr):
-        pipe.close()
 
 
 def prepare_data(data: str | None, smoke: bool, work: Path) -> Path:
