@@ -49,14 +49,13 @@ import tokenizers
 import torch
 import transformers
 import yaml
-from gpu_budget import BUDGET, command
+from gpu_budget import BUDGET, ROOT, command
 from gpu_compare import StepFailed, close, compare_records, ok
 
 from bytecanary import keys
 from bytecanary.io import read_jsonl
 from bytecanary.train.throughput import peak_flops
 
-ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "configs" / "gpt2-355m.yaml"
 FSDP = ROOT / "configs" / "strategy" / "fsdp.yaml"
 SERIES = 420  # checkpoints of a long series, whose probing cost step 1 estimates

@@ -240,6 +240,11 @@ class ProbeKey:
     fields: tuple[str, ...]
     metric: str
 
+    @property
+    def aggregate(self) -> bool:
+        """Over every field (``probe/<probe>/<metric>``, or each field ``all``)."""
+        return all(f == "all" for f in self.fields)
+
 
 def read(key: str) -> ProbeKey | None:
     """``probe/level0/ja/rare/k1/strict`` -> ``ProbeKey("level0", ("ja", "rare", "k1"),
@@ -285,7 +290,7 @@ def generic_headline(probe: str, names: object) -> list[str]:
     aggregates (``probe/<probe>/<metric>``, or every field ``all``), else its first keys,
     sorted, at most ``GENERIC_COLUMNS``."""
     own = sorted(k for k in names if probe_of(k) == probe)  # type: ignore[attr-defined]
-    overall = [k for k in own if all(f == "all" for f in read(k).fields)]  # type: ignore[union-attr]
+    overall = [k for k in own if read(k).aggregate]  # type: ignore[union-attr]
     return (overall or own)[:GENERIC_COLUMNS]
 
 

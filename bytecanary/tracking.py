@@ -76,7 +76,7 @@ def is_headline(key: str) -> bool:
     if k.probe == "mcqa":
         return _mcqa_headline(k)
     if k.probe not in keys.OWN_TABLES:  # a probe without its own view: its aggregates
-        return all(f == "all" for f in k.fields)
+        return k.aggregate
     return False
 
 

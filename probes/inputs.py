@@ -7,17 +7,14 @@ run before it trains; the ``Pipeline`` built at fit start reads the same one.
 
 from __future__ import annotations
 
-from collections.abc import Sized
+import contextlib
+from collections.abc import Iterator, Sized
 from pathlib import Path
 from typing import Any
 
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes.registry import Probe
-
-
-def spec_where(source: str | Path | None, name: str) -> str:
-    """Where a probe's spec lives, as its errors begin: ``configs/x.yaml: probes: level0``."""
-    return f"{source}: probes: {name}" if source else f"probes: {name}"
+from bytecanary.probes.specs import spec_where
 
 
 def check_inputs(probe: Probe, data_dir: Path | None, where: str) -> None:
@@ -58,12 +55,8 @@ class Inputs:
         if key not in self._prepared:
             probe = self.probes[index]
             check_inputs(probe, data_dir, self.where(probe))
-            try:
+            with self._named(probe):
                 prepared = probe.prepare(tokenizer, data_dir)
-            except BytecanaryError as err:
-                raise BytecanaryError(f"{self.where(probe)}: {err}") from None
-            except OSError as err:
-                raise BytecanaryError(f"{self.where(probe)}: {err.filename}: {err.strerror}") from None
             samples = getattr(prepared, "samples", prepared)  # the UTF-8 probes' Prepared, or a list
             if isinstance(samples, Sized) and len(samples) == 0:
                 where = self.where(probe)
@@ -78,10 +71,16 @@ class Inputs:
         key = (index, _key(data_dir), dtype)
         if key not in self._fingerprints:
             probe = self.probes[index]
-            try:
+            with self._named(probe):
                 self._fingerprints[key] = probe.fingerprint(data_dir, key[2])
-            except BytecanaryError as err:
-                raise BytecanaryError(f"{self.where(probe)}: {err}") from None
-            except OSError as err:
-                raise BytecanaryError(f"{self.where(probe)}: {err.filename}: {err.strerror}") from None
         return self._fingerprints[key]
+
+    @contextlib.contextmanager
+    def _named(self, probe: Probe) -> Iterator[None]:
+        """A probe's error, or an unreadable file, as one ``BytecanaryError`` after its spec's place."""
+        try:
+            yield
+        except BytecanaryError as err:
+            raise BytecanaryError(f"{self.where(probe)}: {err}") from None
+        except OSError as err:
+            raise BytecanaryError(f"{self.where(probe)}: {err.filename}: {err.strerror}") from None

@@ -61,12 +61,11 @@ def _compute_share(probe: Probe, loaded: Loaded, samples: Any, rank: int, world:
             with torch.no_grad():
                 payload = probe.compute(loaded.model, loaded.tokenizer, samples, rank, world)
         except Exception as err:
-            size = share.size if share is not None else probe.batch_size
-            payload = OutOfMemory(f"out of memory at batch size {size}") if is_oom(err) else None
-            payload = payload or Failure(f"{type(err).__name__}: {err}")
-        if share is None:
-            return Computed(payload, None)
-        return Computed(payload, share.size, tuple(share.failed_at))
+            short = f"out of memory at batch size {share.size if share is not None else probe.batch_size}"
+            payload = OutOfMemory(short) if is_oom(err) else Failure(f"{type(err).__name__}: {err}")
+    if share is None:
+        return Computed(payload, None)
+    return Computed(payload, share.size, tuple(share.failed_at))
 
 
 def _settle(computed: list[Computed]) -> tuple[int, list[int]]:
@@ -274,12 +273,12 @@ class Pipeline:
         """A failed record of ``probe`` that did not run (rank 0; None elsewhere)."""
         if not rank0():
             return None
-        how = self._how(0.0, None, dtype) | {"measure": probe.measure()}
-        return Record.of(context, probe, fingerprint, None, error=error, **how)
+        return Record.of(context, probe, fingerprint, None, error=error, **self._how(probe, 0.0, None, dtype))
 
-    def _how(self, seconds: float, batch_size: int | None, dtype: str | None) -> dict[str, Any]:
+    def _how(self, probe: Probe, seconds: float, batch_size: int | None, dtype: str | None) -> dict[str, Any]:
         threads = torch.get_num_threads()
         how = {"seconds": seconds, "threads": threads, "worker": self.worker, "dtype": dtype or self.dtype}
+        how["measure"] = probe.measure()
         return how | ({"batch_size": batch_size} if batch_size is not None else {})
 
     def _measure_one(
@@ -297,8 +296,7 @@ class Pipeline:
                 metrics = probe.aggregate(samples, payloads, context)
             except Exception as err:
                 error = f"{type(err).__name__}: {err}"
-        how = self._how(time.perf_counter() - start, probe.batch_size, dtype_name(loaded.model))
-        how["measure"] = probe.measure()
+        how = self._how(probe, time.perf_counter() - start, probe.batch_size, dtype_name(loaded.model))
         return Record.of(context, self.probes[index], fingerprint, metrics, error=error, **how)
 
     def _compute(self, index: int, loaded: Loaded, samples: Any) -> tuple[Probe, list[Any]]:

@@ -43,12 +43,12 @@ from bytecanary.probes.claims import (
     Claims,
 )
 from bytecanary.probes.dist import default_worker, is_lead, worker_device
-from bytecanary.probes.inputs import check_inputs, spec_where
+from bytecanary.probes.inputs import check_inputs
 from bytecanary.probes.liveness import NOTE_EVERY, Rate, stopped, waiting_line
 from bytecanary.probes.numerics import check_device, probe_dtype
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import probe_class
-from bytecanary.probes.specs import build_probes, validate_specs
+from bytecanary.probes.specs import build_probes, spec_where, validate_specs
 from bytecanary.probes.targets import (
     Loader,
     Target,

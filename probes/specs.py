@@ -28,6 +28,11 @@ def _where(source: str | Path | None) -> str:
     return f"{source}: probes" if source else "probes"
 
 
+def spec_where(source: str | Path | None, name: str) -> str:
+    """Where a probe's spec lives, as its errors begin: ``configs/x.yaml: probes: level0``."""
+    return f"{_where(source)}: {name}"
+
+
 def _type_error(err: Exception, cls: type, value: Mapping[str, Any]) -> str:
     """jsonargparse's multi-line complaint as one line: the parameter, its type, the value."""
     found = re.search(r'Parser key "([^".]+)', str(err))
