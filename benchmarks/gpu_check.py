@@ -244,7 +244,7 @@ def export_and_probe(trained: dict[str, Any], work: Path) -> dict[str, Any]:
     during = {r["probe"]: r for r in read_jsonl(work / "run" / "probes.jsonl")}  # the last wins
     dtype = next(iter(during.values())).get("dtype") or "float32"  # what the training probes ran in
     probes = ["--config", str(work / "probes.yaml"), "--dtype", dtype]
-    probe_s = bytecanary("probe", str(hf), *probes, "--no-wandb", "--out", str(out))
+    probe_s = bytecanary("probe", str(hf), *probes, "--wandb=false", "--out", str(out))
     cli = {r["probe"]: r for r in read_jsonl(out)}
     diff, moved = {}, {}
     for name, record in cli.items():
@@ -267,7 +267,7 @@ def series_ranks(work: Path, smoke: bool) -> dict[str, Any]:
     CPU processes): wall seconds, speed-up, and whether the records agree pair for pair."""
     if not smoke and torch.cuda.device_count() < 2:
         return {"skipped": "one GPU"}
-    probe = ["probe", str(work / "run"), "--config", str(work / "probes.yaml"), "--no-wandb"]
+    probe = ["probe", str(work / "run"), "--config", str(work / "probes.yaml"), "--wandb=false"]
     probe += ["--device", "cpu"] if smoke else []
     one, two = work / "series_1.jsonl", work / "series_2.jsonl"
     one_s = bytecanary(*probe, "--out", str(one))

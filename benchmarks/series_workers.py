@@ -39,7 +39,7 @@ def launch_seconds(commands: list[list[str]], out: Path) -> float:
     """Wall seconds of ``commands`` started together, all writing ``out``, until the last ends."""
     start = time.perf_counter()
     quiet = {"env": ENV, "stdout": subprocess.DEVNULL}
-    running = [subprocess.Popen([*c, "--out", str(out), "--no-wandb"], **quiet) for c in commands]
+    running = [subprocess.Popen([*c, "--out", str(out), "--wandb=false"], **quiet) for c in commands]
     if any([p.wait() != 0 for p in running]):  # a list: every process is waited for
         sys.exit(f"a probe launch failed: {commands}")
     return time.perf_counter() - start
@@ -75,7 +75,9 @@ def main() -> None:
     sides = {
         "1 process x 1 thread": [[sys.executable, *probe]],
         "torchrun 2 processes x 1 thread": [[torchrun, "--nproc-per-node", "2", *probe]],
-        "2 independent workers x 1 thread": [[sys.executable, *probe, "--worker", f"w{i}"] for i in (0, 1)],
+        "2 independent workers x 1 thread": [
+            [sys.executable, *probe, "--worker.name", f"w{i}"] for i in (0, 1)
+        ],
     }
     walls = {name: launch_seconds(c, work / f"{i}.jsonl") for i, (name, c) in enumerate(sides.items())}
     made = [read(work / f"{i}.jsonl") for i in range(len(sides))]

@@ -1,33 +1,30 @@
 """The ``bytecanary`` command: one subcommand per function below (litgpt style).
 
-Each function's typed signature is its schema and its docstring its ``--help``: a
-positional parameter is a positional argument (a ``list`` one takes any number), a
-keyword-only one is a ``--flag`` with dashes for underscores, a ``bool`` a bare switch,
-and the default written in the signature is the flag's only default. The parser is
-jsonargparse's; we map parameters to arguments ourselves so the documented flags
-(``--level0-set``, ``--trial``) keep their shape. Heavy libraries (torch, lightning) load
+Each function's typed signature is its schema and its docstring its ``--help``, read by
+jsonargparse as ``bytecanary train``'s LightningCLI reads its config: one flag style,
+``--out FILE``, ``--trial=true``, ``--series.interval=5`` for a nested group, and the default
+written in the signature is the flag's only default. Heavy libraries (torch, lightning) load
 inside the functions, so ``bytecanary --help`` stays fast. With ``bytecanary/demo.py`` this
 is the face of the project: the only code that imports ``train`` and the report room.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import json
 import os
 import sys
-import typing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from docstring_parser import parse as parse_docstring
 from jsonargparse import ArgumentError, ArgumentParser
 
+from bytecanary.config import parse_error
 from bytecanary.data.parallel import Parallel
 from bytecanary.errors import BytecanaryError
+from bytecanary.flags import arguments, command_parser, modernize
 from bytecanary.settling import Tolerance
 from bytecanary.tracking import DEFAULT_PROJECT
 
@@ -85,58 +82,18 @@ def export(checkpoint: str, out_dir: str, *, force: bool = False) -> int:
 
 
 @dataclass
-class ProbeChoice:
-    """Which probes run, with which parameters.
-
-    Attributes:
-        probes: comma-separated names (unset: level0,level1, or every probe of --config)
-        config: YAML with a probes: list of {name, parameters}, e.g. the run's configs/tiny.yaml
-        trial: trial sets (M per language) instead of full
-        level0_set: Level 0 eval-set file (unset: the checkpoint's data)
-        level1_set: Level 1 eval-set file (unset: the checkpoint's data)
-    """
-
-    probes: str | None = None
-    config: str | None = None
-    trial: bool = False
-    level0_set: str | None = None
-    level1_set: str | None = None
-
-
-@dataclass
-class ProbeOutput:
-    """Where the results go.
-
-    Attributes:
-        out: records file
-        wandb_project: W&B project (offline without a key)
-        no_wandb: write the records file only
-    """
-
-    out: str = "probes.jsonl"
-    wandb_project: str = DEFAULT_PROJECT
-    no_wandb: bool = False
-
-
-@dataclass
 class ProbeSeries:
-    """Checkpoints beyond the PATHs.
+    """How a watched run is followed.
 
     Attributes:
-        watch: probe each checkpoint of this run folder (or its checkpoints/) as it lands, until the
-            run finishes (then exit 0), its training stops without finishing (one error line,
-            exit 2) or Ctrl-C
         interval: seconds between looks with --watch
         idle_limit: with --watch: seconds its training may show no sign of life (no heartbeat;
             for a run without heartbeat.json, no changed file) before the watch ends with an error;
             also how long a --watch folder may take to appear
-        revision: with a model id: revisions to probe, e.g. step1000,step2000
     """
 
-    watch: str | None = None
     interval: float = 30.0
     idle_limit: float = 600.0
-    revision: str | None = None
 
 
 @dataclass
@@ -144,15 +101,56 @@ class ProbeWorker:
     """Several workers on one --out (torchrun, srun, array jobs, a second launch).
 
     Attributes:
-        worker: this worker's name (unset: its launcher's rank, else host:pid); a worker
+        name: this worker's name (unset: its launcher's rank, else host:pid); a worker
             restarted under its name takes back its own pairs at once
         lease: seconds a claim on a pair holds without renewal: how soon another worker takes
             over the pair of a killed one (unset: probes.claims.DEFAULT_LEASE, 2 minutes; at
             most a day)
     """
 
-    worker: str | None = None
+    name: str | None = None
     lease: float | None = None
+
+
+@dataclass
+class ProbeOptions:
+    """Which probes run on which checkpoints, and where their results go.
+
+    Attributes:
+        probes: comma-separated names (unset: level0,level1, or every probe of --config)
+        config: YAML with a probes: list of {name, parameters}, e.g. the run's configs/tiny.yaml
+        trial: trial sets (M per language) instead of full
+        eval_sets: an eval-set file per probe name, for the probes that read eval sets, e.g.
+            --eval_sets.level0=FILE (unset: the sets of the checkpoint's data)
+        out: records file
+        watch: probe each checkpoint of this run folder (or its checkpoints/) as it lands, until the
+            run finishes (then exit 0), its training stops without finishing (one error line,
+            exit 2) or Ctrl-C
+        revision: with a model id: revisions to probe, e.g. step1000,step2000
+        device: cpu, cuda, cuda:1, mps: one this machine has (unset: cuda when available)
+        dtype: what the model computes in (auto: bfloat16 on CUDA, else float32); each its own records
+        threads: torch CPU threads (unset: torch's default, which OMP_NUM_THREADS sets); give
+            each of several jobs sharing a machine its share of the cores
+        wandb: log to W&B (offline without a key); false: the records file only
+        wandb_project: W&B project
+        series: how a watched run is followed
+        worker: several workers on one --out
+    """
+
+    probes: str | None = None
+    config: str | None = None
+    trial: bool = False
+    eval_sets: dict[str, str] = field(default_factory=dict)
+    out: str = "probes.jsonl"
+    watch: str | None = None
+    revision: str | None = None
+    device: str | None = None
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    threads: int | None = None
+    wandb: bool = True
+    wandb_project: str = DEFAULT_PROJECT
+    series: ProbeSeries = field(default_factory=ProbeSeries)
+    worker: ProbeWorker = field(default_factory=ProbeWorker)
 
 
 def _set_threads(threads: int | None) -> None:
@@ -166,17 +164,7 @@ def _set_threads(threads: int | None) -> None:
     torch.set_num_threads(threads)
 
 
-def probe(
-    paths: list[str],
-    *,
-    choice: ProbeChoice,
-    output: ProbeOutput,
-    series: ProbeSeries,
-    workers: ProbeWorker,
-    device: str | None = None,
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto",
-    threads: int | None = None,
-) -> int:
+def probe(paths: list[str], *, options: ProbeOptions) -> int:
     """Attach probes to existing checkpoints.
 
     Pairs of (checkpoint, probe) already in --out are skipped, so a rerun after a crash only
@@ -187,44 +175,41 @@ def probe(
 
     Args:
         paths: .safetensors/.ckpt checkpoints, HF model folders, (run) folders of checkpoints, or model ids
-        choice: which probes run
-        output: where the results go
-        series: checkpoints beyond the PATHs
-        workers: several workers on one --out
-        device: cpu, cuda, cuda:1, mps: one this machine has (unset: cuda when available)
-        dtype: what the model computes in (auto: bfloat16 on CUDA, else float32); each its own records
-        threads: torch CPU threads (unset: torch's default, which OMP_NUM_THREADS sets); give
-            each of several jobs sharing a machine its share of the cores
+        options: which probes run on which checkpoints, and where their results go
     """
-    if not paths and not series.watch:
+    if not paths and not options.watch:
         raise BytecanaryError("probe: give at least one PATH or --watch DIR")
+    from bytecanary.probes.registry import load_probes
     from bytecanary.probes.runner import Job, probe_specs, run, training_run
     from bytecanary.report.summary import add_mcqa_series, summary
     from bytecanary.report.writer import probe_ratio_lines
 
-    _set_threads(threads)
-    names = [p.strip() for p in choice.probes.split(",") if p.strip()] if choice.probes else None
+    load_probes()
+    _set_threads(options.threads)
+    names = [p.strip() for p in options.probes.split(",") if p.strip()] if options.probes else None
+    lease = options.worker.lease
     job = Job(
-        out=output.out,
-        trial=choice.trial,
-        eval_sets={"level0": choice.level0_set, "level1": choice.level1_set},
-        wandb_project=None if output.no_wandb else output.wandb_project,
-        watch_dir=series.watch,
-        interval=series.interval,
-        idle_limit=series.idle_limit,
-        revisions=[r for r in (series.revision or "").split(",") if r] or None,
-        device=device,
-        dtype=dtype,
-        worker=workers.worker,
-        source=choice.config,
-        **({"lease": workers.lease} if workers.lease is not None else {}),
+        out=options.out,
+        trial=options.trial,
+        eval_sets=dict(options.eval_sets),
+        wandb_project=options.wandb_project if options.wandb else None,
+        watch_dir=options.watch,
+        interval=options.series.interval,
+        idle_limit=options.series.idle_limit,
+        revisions=[r for r in (options.revision or "").split(",") if r] or None,
+        device=options.device,
+        dtype=options.dtype,
+        worker=options.worker.name,
+        source=options.config,
+        **({"lease": lease} if lease is not None else {}),
     )
-    code = run(paths, probe_specs(choice.config, names), job, finish=add_mcqa_series)
-    training = training_run(paths, series.watch, job.revisions)
-    ratios = probe_ratio_lines(training, Path(output.out)) if training else []
-    print("\n".join([summary(Path(output.out)), *ratios, f"records: {Path(output.out)}"]))
+    code = run(paths, probe_specs(options.config, names), job, finish=add_mcqa_series)
+    training = training_run(paths, options.watch, job.revisions)
+    out = Path(options.out)
+    ratios = probe_ratio_lines(training, out) if training else []
+    print("\n".join([summary(out), *ratios, f"records: {out}"]))
     if code:
-        print(f"error: probe: some probes failed; their records in {output.out} say why", file=sys.stderr)
+        print(f"error: probe: some probes failed; their records in {out} say why", file=sys.stderr)
     return code
 
 
@@ -254,17 +239,19 @@ def demo(
     return run_demo(out, minutes, config, data_config, data, steps)
 
 
-def report(run_dir: str, *, tolerance: Tolerance, no_wandb: bool = False) -> int:
+def report(run_dir: str, *, tolerance: Tolerance, wandb: bool = True) -> int:
     """Convergence analysis, figures and tables into RUN_DIR/report/.
 
     Args:
         run_dir: a training run folder (metrics.jsonl, probes.jsonl)
         tolerance: the time-to-tolerance rule's tolerances (docs/report-and-wandb.md)
-        no_wandb: do not log to the run's W&B run (without it: log when RUN_DIR/wandb has one)
+        wandb: log to the run's W&B run when RUN_DIR/wandb has one (false: never)
     """
+    from bytecanary.probes.registry import load_probes
     from bytecanary.report.writer import report_summary, write_report
 
-    write_report(run_dir, wandb=False if no_wandb else None, tolerance=tolerance)
+    load_probes()
+    write_report(run_dir, wandb=None if wandb else False, tolerance=tolerance)
     print(report_summary(run_dir, tolerance))
     return 0
 
@@ -274,61 +261,18 @@ COMMANDS: dict[str, Callable[..., int]] = {
 }
 
 
-def _add_flag(parser: Any, name: str, hint: Any, default: Any, text: str) -> None:
-    """``--name-with-dashes``: a bare switch for a bool, required where there is no default."""
-    flag = f"--{name.replace('_', '-')}"
-    if hint is bool:
-        parser.add_argument(flag, dest=name, action="store_true", help=text)
-    elif default is inspect.Parameter.empty:
-        parser.add_argument(flag, dest=name, type=hint, required=True, help=text)
-    else:
-        parser.add_argument(flag, dest=name, type=hint, default=default, help=text)
-
-
-def _add_group(parser: ArgumentParser, cls: type) -> None:
-    """A dataclass parameter: one flag per field, under the class's docstring as a heading."""
-    doc = parse_docstring(cls.__doc__ or "")
-    helps = {p.arg_name: p.description for p in doc.params}
-    group = parser.add_argument_group((doc.short_description or "").rstrip("."))
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        _add_flag(group, f.name, hints[f.name], f.default, helps[f.name])
-
-
-def _command_parser(func: Callable[..., int]) -> ArgumentParser:
-    """A subcommand's parser: one argument per parameter of ``func`` (one per field of a
-    dataclass parameter), its help from the docstrings."""
-    doc = parse_docstring(func.__doc__ or "")
-    helps = {p.arg_name: p.description for p in doc.params}
-    description = "\n\n".join(d for d in (doc.short_description, doc.long_description) if d)
-    parser = ArgumentParser(description=description, exit_on_error=False)
-    hints = typing.get_type_hints(func)
-    for name, param in inspect.signature(func).parameters.items():
-        hint, text = hints[name], helps[name]
-        if dataclasses.is_dataclass(hint):
-            _add_group(parser, hint)
-        elif param.kind is not param.KEYWORD_ONLY:  # positional; a list takes any number
-            if typing.get_origin(hint) is list:
-                item = typing.get_args(hint)[0]
-                parser.add_argument(name, type=item, nargs="*", default=[], metavar=name.upper(), help=text)
-            else:
-                parser.add_argument(name, type=hint, metavar=name.upper(), help=text)
-        else:
-            _add_flag(parser, name, hint, param.default, text)
-    return parser
-
-
-def _arguments(func: Callable[..., int], values: dict[str, Any]) -> dict[str, Any]:
-    """``func``'s keyword arguments from the parsed flags: a dataclass parameter gathers its fields."""
-    hints = typing.get_type_hints(func)
-    kwargs = {}
-    for name in inspect.signature(func).parameters:
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint):
-            kwargs[name] = hint(**{f.name: values[f.name] for f in dataclasses.fields(hint)})
-        else:
-            kwargs[name] = values[name]
-    return kwargs
+def _parse(argv: list[str]) -> tuple[Callable[..., int], dict[str, Any]]:
+    """The subcommand ``argv`` names and its keyword arguments; old spellings noted on stderr."""
+    command = COMMANDS.get(argv[0]) if argv else None
+    if command is None:  # --help, no command or an unknown one: the top parser answers
+        build_parser().parse_args(argv)
+        raise BytecanaryError(f"give a command: {', '.join(COMMANDS)}")
+    parser, flags = command_parser(command)
+    parser.prog = f"bytecanary {argv[0]}"
+    args, notes = modernize(argv[1:], flags)
+    for note in notes:
+        print(note, file=sys.stderr)
+    return command, arguments(command, parser, parser.parse_args(args))
 
 
 def build_parser() -> ArgumentParser:
@@ -336,7 +280,7 @@ def build_parser() -> ArgumentParser:
     subcommands = parser.add_subcommands(metavar="COMMAND", dest="command")
     for name, func in COMMANDS.items():
         summary = parse_docstring(func.__doc__ or "").short_description
-        subcommands.add_subcommand(name, _command_parser(func), help=summary)
+        subcommands.add_subcommand(name, command_parser(func)[0], help=summary)
     return parser
 
 
@@ -369,12 +313,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         command, kwargs = train, {"args": argv[1:]}
     else:
         try:
-            args = build_parser().parse_args(argv)
+            command, kwargs = _parse(argv)
         except ArgumentError as err:  # one line, like every other error
-            print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+            print(f"error: {parse_error(str(err))}", file=sys.stderr)
             return 2
-        command = COMMANDS[args.command]
-        kwargs = _arguments(command, args[args.command].as_dict())
     try:
         return command(**kwargs)
     except KeyboardInterrupt:

@@ -263,25 +263,12 @@ def metric_of(key: str) -> str:
     return key.rsplit("/", 1)[-1]
 
 
-# the fields between ``probe/<probe>/`` and the metric, by probe (others: one ``group``)
-FIELDS = {"level0": ("language", "tier", "k"), "level1": ("language", "k"), "mcqa": ("task", "protocol")}
-
-
 def probe_of(key: str) -> str | None:
     """``level0`` for ``probe/level0/...``; None for other keys."""
     parsed = read(key)
     return parsed.probe if parsed is not None else None
 
 
-def language_of(key: str) -> str | None:
-    """The language field of a UTF-8 probe key (``all`` for the aggregate)."""
-    parsed = read(key)
-    if parsed is None or parsed.probe not in ("level0", "level1") or not parsed.fields:
-        return None
-    return parsed.fields[0]
-
-
-OWN_TABLES = ("level0", "level1", "mcqa")  # probes whose tables and headline are written out below
 GENERIC_COLUMNS = 8  # a probe without tables of its own: at most this many headline columns
 
 
@@ -300,11 +287,6 @@ def generic_label(key: str) -> str:
     parsed = read(key)
     assert parsed is not None, key
     return "/".join(f for f in (*parsed.fields, parsed.metric) if f != "all")[:10]
-
-
-def languages_in(keys: object, probe: str) -> list[str]:
-    """The languages (not ``all``) that ``probe``'s keys name, sorted."""
-    return sorted({lang for k in keys if probe_of(k) == probe and (lang := language_of(k))} - {"all"})
 
 
 def mcqa_task_of(key: str) -> str | None:

@@ -272,17 +272,13 @@ class Tolerance:
         report starts, so the command line prints it as one line)."""
         for name in ("ppl_tolerance", "validity_tolerance"):
             if not 0 < getattr(self, name) < 1:
-                raise BytecanaryError(
-                    f"--{name.replace('_', '-')} must be in (0, 1), not {getattr(self, name)}"
-                )
+                raise BytecanaryError(f"--{name} must be in (0, 1), not {getattr(self, name)}")
         for name in ("ppl_grid", "validity_grid"):
             values = getattr(self, name)
             if not values or not all(0 < v < 1 for v in values):
-                raise BytecanaryError(
-                    f"--{name.replace('_', '-')} must hold tolerances in (0, 1), not {values}"
-                )
+                raise BytecanaryError(f"--{name} must hold tolerances in (0, 1), not {values}")
         if self.ci_resamples < 100:
-            raise BytecanaryError(f"--ci-resamples must be at least 100, not {self.ci_resamples}")
+            raise BytecanaryError(f"--ci_resamples must be at least 100, not {self.ci_resamples}")
         return self
 
     def eps(self, log: bool) -> float:

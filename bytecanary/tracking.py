@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from bytecanary import keys, records
 from bytecanary.config import read_yaml
+from bytecanary.display import display_of
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_json, write_json
 from bytecanary.records import Identity, Record
@@ -46,14 +47,6 @@ MERGED = "merged_records.json"  # in RUN/wandb: the records a report logged into
 # in probes.jsonl); a workspace of thousands of auto-panels hides the few curves that carry the
 # papers' findings.
 
-HEADLINE_LEVEL0 = (
-    "partial",
-    "strict",
-    "gold_win_rate",
-    "p_valid",
-    "tier_gap_partial",
-)  # all, per language (tier "all")
-HEADLINE_MCQA_TASK = ("fsi", "fsi_lo", "fsi_hi", "psi", "psi_lo", "psi_hi")  # over tasks (``all``)
 HEADLINE_LIMIT = 150  # scalar keys per run, at most (the axes and ``perf/*`` included)
 
 
@@ -64,33 +57,7 @@ def is_headline(key: str) -> bool:
     if keys.root_of(key) == "val":
         return keys.metric_of(key) in ("ppl", "loss")
     k = keys.read(key)
-    if k is None:
-        return False
-    if k.probe == "level0" and len(k.fields) == 2:
-        lang, tier = k.fields
-        return (tier == "all" and k.metric in HEADLINE_LEVEL0) or (
-            lang != "all" and k.metric in ("partial", "p_valid")
-        )
-    if k.probe == "level1" and len(k.fields) == 1:
-        return k.metric == "term_match"
-    if k.probe == "mcqa":
-        return _mcqa_headline(k)
-    if k.probe not in keys.OWN_TABLES:  # a probe without its own view: its aggregates
-        return k.aggregate
-    return False
-
-
-def _mcqa_headline(k: keys.ProbeKey) -> bool:
-    """Across tasks, FSI and PSI; per task group (derived) and per benchmark, accuracy; per
-    task, cloze accuracy; NonsenseQA's distance from chance."""
-    if len(k.fields) == 1:
-        return k.fields[0] == "all" and k.metric in HEADLINE_MCQA_TASK
-    if len(k.fields) != 2:
-        return False
-    task, protocol = k.fields
-    if k.metric == "acc":
-        return task in keys.TASK_GROUPS or protocol == keys.CLOZE or keys.task_group(task) == task != "all"
-    return k.metric == "chance_gap" and task == "nonsenseqa"
+    return k is not None and display_of(k.probe).headline(k)
 
 
 def headline_view(metrics: dict[str, float]) -> dict[str, float]:
@@ -114,7 +81,7 @@ def headline_view(metrics: dict[str, float]) -> dict[str, float]:
 
 def detail_columns(probe: str) -> tuple[str, ...]:
     """The fields a probe's keys carry between ``probe/<name>/`` and the metric."""
-    return keys.FIELDS.get(probe, ("group",))
+    return display_of(probe).fields
 
 
 def detail_fields(key: str) -> tuple[str, ...]:
@@ -122,12 +89,10 @@ def detail_fields(key: str) -> tuple[str, ...]:
     ``probe/level0/ja/rare/k1/strict`` -> ("ja", "rare", "k1", "strict")."""
     k = keys.read(key)
     assert k is not None, key
-    inner = list(k.fields)
-    if k.probe not in keys.FIELDS:
-        return ("/".join(inner), k.metric)
-    if k.probe == "mcqa" and len(inner) == 1:  # across protocols: probe/mcqa/<task>/<metric>
-        inner = [inner[0], "all"]
-    return (*inner, *(["all"] * (len(keys.FIELDS[k.probe]) - len(inner))), k.metric)
+    shown = display_of(k.probe)
+    if not shown.own:
+        return ("/".join(k.fields), k.metric)
+    return (*k.fields, *(["all"] * (len(shown.fields) - len(k.fields))), k.metric)
 
 
 def wandb_mode() -> str:

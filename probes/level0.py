@@ -26,6 +26,7 @@ import numpy as np
 from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.data.evalsets import load_level0
+from bytecanary.display import Display, Table
 from bytecanary.probes.registry import register_probe
 from bytecanary.probes.utf8_probe import (
     BYTE_SPACE,
@@ -39,10 +40,34 @@ from bytecanary.probes.utf8_probe import (
     trial_subset,
 )
 
+HEADLINE = ("partial", "strict", "gold_win_rate", "p_valid", "tier_gap_partial")  # per language, tier "all"
+
+
+def headline(k: keys.ProbeKey) -> bool:
+    """Charted: the headline metrics over all tiers, and V_partial and p_valid by language."""
+    if len(k.fields) != 2:
+        return False
+    lang, tier = k.fields
+    return (tier == "all" and k.metric in HEADLINE) or (lang != "all" and k.metric in ("partial", "p_valid"))
+
+
+TABLE = Table(
+    "Level 0 (context-free validity)",
+    (
+        ("partial", keys.level0(metric="partial")),
+        ("strict", keys.level0(metric="strict")),
+        ("p_valid", keys.level0(metric="p_valid")),
+        ("gold win", keys.level0(metric="gold_win_rate")),
+        ("ppl", keys.level0(metric="ppl")),
+    ),
+    lambda lang: keys.level0(lang, metric="partial"),
+)
+
 
 @register_probe("level0")
 class Level0Probe(Utf8Probe):
     version = 4
+    display = Display(fields=("language", "tier", "k"), headline=headline, table=TABLE)
     tier_gap = True
     eval_set_pattern = "level0_*.json"
     read_eval_set = staticmethod(load_level0)

@@ -21,6 +21,7 @@ import numpy as np
 from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.data.evalsets import load_level1
+from bytecanary.display import Display, Table
 from bytecanary.probes.registry import register_probe
 from bytecanary.probes.utf8_probe import (
     Prepared,
@@ -32,9 +33,27 @@ from bytecanary.probes.utf8_probe import (
 )
 
 
+def headline(k: keys.ProbeKey) -> bool:
+    """Charted: Term Match, over all languages and by language."""
+    return len(k.fields) == 1 and k.metric == "term_match"
+
+
+TABLE = Table(
+    "Level 1 (context-guided retrieval)",
+    (
+        ("term match", keys.level1(metric="term_match")),
+        ("partial", keys.level1(metric="partial")),
+        ("p_valid", keys.level1(metric="p_valid")),
+        ("gold win", keys.level1(metric="gold_win_rate")),
+    ),
+    lambda lang: keys.level1(lang, metric="term_match"),
+)
+
+
 @register_probe("level1")
 class Level1Probe(Utf8Probe):
     version = 3
+    display = Display(fields=("language", "k"), headline=headline, table=TABLE)
     term_match = True
     eval_set_pattern = "level1*.json"
     read_eval_set = staticmethod(load_level1)

@@ -39,7 +39,9 @@ def stopped(folder: Path, beat: Heartbeat | None, since: float, idle_limit: floa
     now = time.time()
     if beat is None:  # a run from before heartbeats, or not started yet
         quiet, limit = now - max(since, last_change(folder)), idle_limit
-        return f"no heartbeat.json and nothing new for {limit:g} s (--idle-limit)" if quiet >= limit else None
+        if quiet < limit:
+            return None
+        return f"no heartbeat.json and nothing new for {limit:g} s (--series.idle_limit)"
     who = f"training (pid {beat.pid} on {beat.host})"
     quiet, grace = now - max(since, beat.updated), min(idle_limit, RESTART_GRACE)
     if beat.ended is not None:
@@ -48,7 +50,7 @@ def stopped(folder: Path, beat: Heartbeat | None, since: float, idle_limit: floa
         limit, why = grace, f"{who} is gone (killed?) since its last beat at {clock(beat.updated)}"
     else:
         limit = max(idle_limit, 3 * beat.every)
-        why = f"{who} has not beaten since {clock(beat.updated)}, {limit:g} s (--idle-limit)"
+        why = f"{who} has not beaten since {clock(beat.updated)}, {limit:g} s (--series.idle_limit)"
     return why if quiet >= limit else None
 
 

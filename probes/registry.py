@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
+from bytecanary.display import Display, declare
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes.cadence import Cadence
 from bytecanary.records import Context
@@ -46,6 +47,9 @@ class Probe:
     """The ``Config`` instance of a probe that has one."""
     params: dict[str, Any]
     """The probe's parameters, defaults filled in: the ``Config``'s fields."""
+    display: ClassVar[Display | None] = None
+    """How its keys are shown (their fields, the W&B headline, its summary table); None: the
+    generic display (``bytecanary.display``)."""
     cadence: Cadence = Cadence()
     """Which checkpoints of a training run it fires at (the spec's ``cadence``); changes
     no metric, so it is not in the fingerprint."""
@@ -142,6 +146,14 @@ def _load_plugins() -> tuple[str, ...]:
     return tuple(failed)
 
 
+def load_probes() -> None:
+    """Register every probe, bytecanary's and other packages', so their displays are declared
+    before records are shown (``bytecanary report``, the summary)."""
+    import bytecanary.probes  # noqa: F401  (importing the package registers every probe)
+
+    _load_plugins()
+
+
 def register_probe(name: str):
     """Class decorator adding a probe to the registry under ``name``."""
 
@@ -152,6 +164,8 @@ def register_probe(name: str):
             raise ValueError(f"probe {name!r} is already registered by {PROBES[name].__name__}")
         cls.name = name
         PROBES[name] = cls
+        if cls.display is not None:
+            declare(name, cls.display)
         return cls
 
     return wrap

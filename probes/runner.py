@@ -64,18 +64,38 @@ from bytecanary.records import Record
 # seconds between looks at the pairs other workers hold: a launch ends soon after its last pair
 CLAIM_POLL = 0.2
 DEFAULT_IDLE_LIMIT = 600.0  # seconds a watched training may show no sign of life
-MAX_SECONDS = 86_400.0  # a day: the longest --interval or --idle-limit
+MAX_SECONDS = 86_400.0  # a day: the longest --series.interval or --series.idle_limit
 
 
-def with_cli_params(spec: dict[str, Any], trial: bool, eval_sets: dict[str, str | None]) -> dict[str, Any]:
-    """``spec`` with the command line's ``--trial`` and eval-set files, where its probe takes
-    them; the spec's own values win."""
-    config = probe_class(spec["name"]).Config
-    accepted = {f.name for f in dataclasses.fields(config)} if config is not None else set()
-    params: dict[str, Any] = {"trial": trial}
-    if eval_sets.get(spec["name"]):
-        params["eval_sets"] = [eval_sets[spec["name"]]]
-    return {**{k: v for k, v in params.items() if k in accepted}, **spec}
+def _accepts(name: str) -> set[str]:
+    """The parameters probe ``name`` takes."""
+    try:
+        config = probe_class(name).Config
+    except BytecanaryError as err:
+        raise BytecanaryError(f"probes: {err}") from None
+    return {f.name for f in dataclasses.fields(config)} if config is not None else set()
+
+
+def with_cli_params(
+    specs: list[dict[str, Any]], trial: bool, eval_sets: dict[str, str]
+) -> list[dict[str, Any]]:
+    """``specs`` with the command line's ``--trial`` and eval-set files, where a probe takes
+    them (the spec's own values win); an eval-set file for a probe that is not run, or that
+    reads none, is an error."""
+    names = [s["name"] for s in specs]
+    for name, path in eval_sets.items():
+        if name not in names:
+            raise BytecanaryError(f"probe: --eval_sets.{name}={path}: no probe {name!r} runs here")
+        if "eval_sets" not in _accepts(name):
+            raise BytecanaryError(f"probe: --eval_sets.{name}={path}: probe {name!r} reads no eval-set files")
+    out = []
+    for spec in specs:
+        params: dict[str, Any] = {"trial": trial}
+        if spec["name"] in eval_sets:
+            params["eval_sets"] = [eval_sets[spec["name"]]]
+        accepted = _accepts(spec["name"])
+        out.append({**{k: v for k, v in params.items() if k in accepted}, **spec})
+    return out
 
 
 def probe_specs(config: str | None, names: list[str] | None) -> list[dict[str, Any]]:
@@ -268,7 +288,7 @@ class Job:
     """The records file (appended to; pairs already there are skipped)."""
     trial: bool = False
     """Trial sets for the probes whose spec does not say."""
-    eval_sets: dict[str, str | None] = field(default_factory=dict)
+    eval_sets: dict[str, str] = field(default_factory=dict)
     """Per probe name, an eval-set file for the probes whose spec does not say."""
     wandb_project: str | None = None
     """W&B project for the metrics as they come (None: no W&B)."""
@@ -295,8 +315,12 @@ class Job:
 
     def __post_init__(self) -> None:
         """Flags that cannot work are one error line before any work."""
-        bounds = [("--interval", self.interval, MAX_SECONDS), ("--idle-limit", self.idle_limit, MAX_SECONDS)]
-        for flag, value, most in [*bounds, ("--lease", self.lease, MAX_LEASE)]:
+        bounds = [
+            ("--series.interval", self.interval, MAX_SECONDS),
+            ("--series.idle_limit", self.idle_limit, MAX_SECONDS),
+            ("--worker.lease", self.lease, MAX_LEASE),
+        ]
+        for flag, value, most in bounds:
             if not 0 < value <= most:
                 raise BytecanaryError(
                     f"probe: {flag} must be more than 0 and at most {most:g} seconds, got {value!r}"
@@ -321,7 +345,7 @@ def run(
     device = worker_device(job.device, torch.cuda.device_count())
     dtype = probe_dtype(job.dtype, device)
     targets = resolve(paths, job.revisions) if paths else []
-    built = build_probes([with_cli_params(s, job.trial, job.eval_sets) for s in probes])
+    built = build_probes(with_cli_params(probes, job.trial, job.eval_sets))
     if targets:  # bad inputs fail before any model loads (a watched folder's data is known later)
         data_dir = _first_data_dir(targets)
         for probe in built:

@@ -2,23 +2,19 @@
 training callback fires the probe, is ``bytecanary.probes.cadence``'s).
 
 A spec's parameters and its cadence are dataclasses (the probe's ``Config``, ``Cadence``),
-read by ``typed`` through jsonargparse, the reader LightningCLI uses for the rest of a
-training config, before any probe is built: a misspelt or mistyped parameter in a YAML is one
-line naming the file, the probe and the parameter, before a training step runs.
+read by ``bytecanary.config.typed``, the one config reader, before any probe is built: a
+misspelt or mistyped parameter in a YAML is one line naming the file, the probe and the
+parameter, before a training step runs.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import jsonargparse
-
+from bytecanary.config import typed
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes.cadence import Cadence
 from bytecanary.probes.registry import Probe, probe_class
@@ -31,40 +27,6 @@ def _where(source: str | Path | None) -> str:
 def spec_where(source: str | Path | None, name: str) -> str:
     """Where a probe's spec lives, as its errors begin: ``configs/x.yaml: probes: level0``."""
     return f"{_where(source)}: {name}"
-
-
-def _type_error(err: Exception, cls: type, value: Mapping[str, Any]) -> str:
-    """jsonargparse's multi-line complaint as one line: the parameter, its type, the value."""
-    found = re.search(r'Parser key "([^".]+)', str(err))
-    key = found.group(1) if found else None
-    if key not in value:
-        return str(err).strip().splitlines()[0]
-    annotation = {f.name: f.type for f in dataclasses.fields(cls)}[key]
-    expected = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", annotation)
-    return f"parameter {key!r}: expected {expected}, got {value[key]!r}"
-
-
-def typed(cls: type, value: Any, where: str) -> Any:
-    """``value`` (a mapping read from YAML) as the dataclass ``cls``; an unknown key, a wrong
-    type or a value the class's own checks refuse is one ``BytecanaryError`` ``where: problem``."""
-    if not isinstance(value, Mapping):
-        raise BytecanaryError(f"{where}: expected a mapping of {cls.__name__} fields, got {value!r}")
-    accepted = [f.name for f in dataclasses.fields(cls)]
-    for key in value:
-        if key not in accepted:
-            near = difflib.get_close_matches(str(key), accepted, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise BytecanaryError(f"{where}: unknown parameter {key!r}{hint}")
-    parser = jsonargparse.ArgumentParser(exit_on_error=False)
-    parser.add_class_arguments(cls)
-    try:
-        fields = parser.parse_object(dict(value)).as_dict()
-    except jsonargparse.ArgumentError as err:
-        raise BytecanaryError(f"{where}: {_type_error(err, cls, value)}") from None
-    try:
-        return cls(**fields)
-    except (TypeError, ValueError) as err:  # the class's own checks (protocols, prefix, ranges)
-        raise BytecanaryError(f"{where}: {err}") from None
 
 
 def _validate(spec: Mapping[str, Any], where: str) -> dict[str, Any]:

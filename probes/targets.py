@@ -253,7 +253,7 @@ def appeared(folder: Path, limit: float, interval: float) -> None:
     seconds: a sidecar may start before its training, and a mistyped path must not hold it."""
     if folder.is_dir():
         return
-    print(f"waiting up to {limit:g} s (--idle-limit) for {folder} to appear", flush=True)
+    print(f"waiting up to {limit:g} s (--series.idle_limit) for {folder} to appear", flush=True)
     deadline = time.monotonic() + limit
     while not folder.is_dir():
         left = deadline - time.monotonic()

@@ -12,6 +12,8 @@ import yaml
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import ByT5Tokenizer, PreTrainedTokenizerFast
 
+import bytecanary.probes  # noqa: F401  (registering the probes declares how their keys are shown)
+
 SAMPLE_TEXT = [
     "The quick brown fox jumps over the lazy dog.",
     "日本語の文章です。東京は大きい。",

@@ -8,7 +8,7 @@ import types
 import pytest
 import yaml
 
-from bytecanary import cli
+from bytecanary import cli, flags
 from bytecanary.cli import main
 from bytecanary.io import read_jsonl
 from bytecanary.records import read as read_records
@@ -31,9 +31,17 @@ def test_probe_help_lists_the_flags_with_their_docstring_help(capsys):
         main(["probe", "--help"])
     assert exit_info.value.code == 0
     out = " ".join(capsys.readouterr().out.split())  # help wraps lines
-    flags = ["--probes", "--config", "--trial", "--level0-set", "--level1-set", "--out", "--wandb-project"]
-    flags += ["--no-wandb", "--watch", "--interval", "--revision", "--device", "PATHS"]
-    assert all(flag in out for flag in flags)
+    names = ["--probes", "--config", "--trial {true,false}", "--eval_sets EVAL_SETS", "--eval_sets.level0="]
+    names += [
+        "--out",
+        "--wandb {true,false}",
+        "--wandb_project",
+        "--watch",
+        "--series.interval",
+        "--revision",
+    ]
+    names += ["--device", "--worker.name", "--worker.lease", "PATHS"]
+    assert all(flag in out for flag in names), [f for f in names if f not in out]
     assert "probe each checkpoint of this run folder (or its checkpoints/)" in out  # the docstring
     assert "default: probes.jsonl" in out and "default: 30.0" in out  # from the signature
 
@@ -42,7 +50,7 @@ def test_unknown_flag_is_one_line_and_exit_2(capsys):
     assert main(["probe", "x.ckpt", "--bogus"]) == 2
     captured = capsys.readouterr()
     assert captured.err == "error: unrecognized arguments: --bogus\n" and captured.out == ""
-    assert main(["probe", "x.ckpt", "--interval", "soon"]) == 2
+    assert main(["probe", "x.ckpt", "--series.interval", "soon"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "interval" in err and len(err.splitlines()) == 1
 
@@ -59,8 +67,8 @@ def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
     runner.run = lambda *args, **kwargs: calls.append((args, kwargs)) or 0
     monkeypatch.setitem(sys.modules, "bytecanary.probes.runner", runner)
     out = tmp_path / "p.jsonl"
-    args = ["probe", "org/model", "--probes", "level0, mcqa", "--trial", "--level1-set", "l1.json"]
-    args += ["--out", str(out), "--no-wandb", "--revision", "step1,step2", "--device", "cpu"]
+    args = ["probe", "org/model", "--probes", "level0, mcqa", "--trial=true", "--eval_sets.level1", "l1.json"]
+    args += ["--out", str(out), "--wandb=false", "--revision", "step1,step2", "--device", "cpu"]
     assert main(args) == 0
     [(positional, kwargs)] = calls
     paths, specs, job = positional
@@ -72,7 +80,7 @@ def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
     assert job == Job(
         out=str(out),
         trial=True,
-        eval_sets={"level0": None, "level1": "l1.json"},
+        eval_sets={"level1": "l1.json"},
         wandb_project=None,
         watch_dir=None,
         interval=30.0,
@@ -80,9 +88,41 @@ def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
         device="cpu",
     )
     assert capsys.readouterr().out == f"\nrecords: {out}\n"  # no records yet: an empty summary
-    assert main(["probe", "m", "--wandb-project", "mine", "--watch", "ckpts", "--interval", "2"]) == 0
+    assert main(["probe", "m", "--wandb_project", "mine", "--watch", "ckpts", "--series.interval", "2"]) == 0
     job = calls[-1][0][2]
     assert (job.wandb_project, job.watch_dir, job.interval, job.trial) == ("mine", "ckpts", 2.0, False)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (["--trial"], ["--trial=true"]),
+        (["--level0-set", "a.json"], ["--eval_sets.level0", "a.json"]),
+        (["--no-wandb"], ["--wandb=false"]),
+        (["--wandb-project=p"], ["--wandb_project=p"]),
+        (["--idle-limit", "5"], ["--series.idle_limit", "5"]),
+        (["--interval=2"], ["--series.interval=2"]),
+        (["--worker", "w1", "--lease", "60"], ["--worker.name", "w1", "--worker.lease", "60"]),
+    ],
+)
+def test_the_previous_releases_spellings_still_work_with_a_note(old, new, capsys):
+    """Each old spelling parses to what today's does, and says once on stderr what to write."""
+    parser, known = flags.command_parser(cli.probe)
+    today = parser.parse_args(["m", *new])
+    modern, notes = flags.modernize(["m", *old], known)
+    assert parser.parse_args(modern) == today and parser.parse_args(modern) != parser.parse_args(["m"])
+    assert len(notes) == sum(t.startswith("--") for t in old)
+    assert all(n.startswith("note: --") and "deprecated" in n and "use --" in n for n in notes)
+    assert main(["probe", *old]) == 2  # no PATH: the notes, then the one error line
+    assert capsys.readouterr().err.splitlines() == [
+        *notes,
+        "error: probe: give at least one PATH or --watch DIR",
+    ]
+
+
+def test_an_unknown_old_looking_flag_is_still_refused(capsys):
+    assert main(["probe", "x.ckpt", "--no-such-flag"]) == 2
+    assert capsys.readouterr().err == "error: unrecognized arguments: --no-such-flag\n"
 
 
 def test_probe_without_a_path_or_watch_is_one_line(capsys):
@@ -104,7 +144,7 @@ def test_defaults_live_in_the_signatures():
     from bytecanary.tracking import DEFAULT_PROJECT
 
     probe = cli.build_parser().parse_args(["probe", "x"]).probe
-    assert (probe.out, probe.interval, probe.wandb_project) == ("probes.jsonl", 30.0, DEFAULT_PROJECT)
+    assert (probe.out, probe.series.interval, probe.wandb_project) == ("probes.jsonl", 30.0, DEFAULT_PROJECT)
     demo = cli.build_parser().parse_args(["demo"]).demo
     assert (demo.out, demo.minutes, demo.config) == ("runs/demo", 10.0, "configs/tiny.yaml")
 
@@ -119,7 +159,7 @@ def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capfd):
               {"name": "level1", "trial": True, "per_language": 4}, mcqa]  # fmt: skip
     micro.write_text(yaml.safe_dump({**MICRO, "probes": probes, "run": {**MICRO["run"], "wandb": True}}))
     args = ["demo", "--out", str(tmp_path / "runs" / "demo"), "--config", str(micro), "--steps", "6"]
-    args += ["--data-config", str(config), "--data", str(tmp_path / "data")]
+    args += ["--data_config", str(config), "--data", str(tmp_path / "data")]
     assert main(args) == 0
     printed, stderr = capfd.readouterr()
     assert "validation perplexity:" in printed and "Level 1 (context-guided retrieval)" in printed

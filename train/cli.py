@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import pydoc
-import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from bytecanary import records
 from bytecanary.checkpoints import FINISHED, probe_checkpoints, training_states
+from bytecanary.config import parse_error, read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_path, check_output, remove_stale_temps, write_json
 from bytecanary.probes.callback import ProbeCallback, live_probes_refused, sharded_strategies
@@ -98,34 +98,6 @@ class RunConfig:
         return Path(self.root) / self.name
 
 
-_PARSER_KEY = re.compile(r'Parser key "([^"]+)":\s*(.*)', re.S)
-_EXPECTED = re.compile(r"Expected a (.+?)(?:\. Got value:.*)?$", re.M)
-_GIVEN = re.compile(r"(?:Got|Given) value: (.*)$", re.M)
-
-
-def _type_name(hint: str) -> str:
-    """``<class 'int'>`` -> ``int``, ``typing.Literal['a', 'b']`` -> ``one of 'a', 'b'``."""
-    if hint == "<class 'NoneType'>":
-        return "null"
-    if hint.startswith("typing.Literal[") and hint.endswith("]"):
-        return f"one of {hint[len('typing.Literal[') : -1]}"
-    return re.sub(r"<class '([\w.]+)'>", r"\1", hint)
-
-
-def parse_error(message: str) -> str:
-    """jsonargparse's many-line message about a bad value as one line naming the field:
-    ``run.wandb_detail: expected one of 'tables', 'scalars', got 'bogus'``."""
-    m = _PARSER_KEY.match(message.strip())
-    if m is None:  # unrecognized arguments, a bad config file, ...
-        return " ".join(message.split())
-    key, rest = m.groups()
-    expected, given = _EXPECTED.findall(rest), _GIVEN.search(rest)
-    if not expected or given is None:
-        return f"{key}: {' '.join(rest.split())}"
-    types = " or ".join(dict.fromkeys(_type_name(t.strip()) for t in expected))
-    return f"{key}: expected {types}, got {given.group(1).strip()!r}"
-
-
 class BytecanaryCLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         """A bad value is one line naming the field, not jsonargparse's usage block."""
@@ -178,7 +150,7 @@ class BytecanaryCLI(LightningCLI):
         """The last ``--config`` file that sets ``probes`` (later files win), else the flag."""
         files = [str(p) for p in self.config.get("config") or []]
         for path in reversed(files):
-            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            doc = read_yaml(path)
             if isinstance(doc, dict) and "probes" in doc:
                 return path
         return "--probes"

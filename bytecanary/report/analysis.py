@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from bytecanary import keys, records, settling, stats
+from bytecanary import display, keys, records, settling, stats
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.records import Record
 from bytecanary.settling import Tolerance, ci_text, eps_text
@@ -171,7 +171,7 @@ def validity_curve(cps: Sequence[Checkpoint], key: str) -> Curve:
     [0, 1], so the same SE bounds it) and the scatter of the checkpoints around it
     (``stats.local_noise``). Not their sum: the scatter already holds the sampling noise.
     The binomial SE floors a scatter that a smooth stretch of the curve drives to 0."""
-    n_key = keys.level0(keys.language_of(key) or "all", "all", "n")
+    n_key = keys.level0(display.language_of(key) or "all", "all", "n")
     curve = make_curve(
         key, ((c.tokens_seen, c.value(key), stats.proportion_se(c.value(key), c.value(n_key))) for c in cps)
     )

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bytecanary import keys, settling
+from bytecanary import display, keys, settling
 from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.report import analysis, mcqa_trends, tier_gaps
@@ -156,7 +156,7 @@ def _greedy_panel(ax: Any, conv: Convergence) -> None:
 
     for key, curve in conv.validity.items():
         style = "--" if key.endswith("/strict") else "-"
-        _plot(ax, curve, mark=True, color=LANG_COLORS[keys.language_of(key)], linestyle=style)
+        _plot(ax, curve, mark=True, color=LANG_COLORS[display.language_of(key)], linestyle=style)
     if not ax.lines:
         _empty(ax, "no Level 0 probe records (probes.jsonl)")
         return
@@ -164,7 +164,7 @@ def _greedy_panel(ax: Any, conv: Convergence) -> None:
     band = bool(conv.headline and conv.headline.se)
     if band:
         _band(ax, conv.headline, LANG_COLORS["all"])
-    langs = dict.fromkeys(keys.language_of(k) for k in conv.validity)
+    langs = dict.fromkeys(display.language_of(k) for k in conv.validity)
     handles = [Line2D([], [], color=LANG_COLORS[lang], label=lang) for lang in langs]
     handles += [
         Line2D([], [], color="gray", linestyle="-", label="V partial"),
@@ -178,8 +178,8 @@ def _greedy_panel(ax: Any, conv: Convergence) -> None:
 def _p_valid_panel(ax: Any, conv: Convergence) -> None:
     """Expected validity p_valid per language, each with its band of one SE over the samples."""
     for key, curve in conv.p_valid.items():
-        color = LANG_COLORS[keys.language_of(key)]
-        if _plot(ax, curve, mark=True, color=color, label=f"p_valid {keys.language_of(key)}") and curve.se:
+        color = LANG_COLORS[display.language_of(key)]
+        if _plot(ax, curve, mark=True, color=color, label=f"p_valid {display.language_of(key)}") and curve.se:
             _band(ax, curve, color)
     if ax.lines:
         ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))

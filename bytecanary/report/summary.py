@@ -12,51 +12,16 @@ so the tables show what was recorded, whoever probed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bytecanary import keys
+from bytecanary import display, keys
 from bytecanary.data.evalsets import TIERS
 from bytecanary.io import warn
 from bytecanary.records import Record, merge, read
 from bytecanary.report import mcqa_trends
 from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
 
-
-@dataclass(frozen=True)
-class ProbeTable:
-    """A UTF-8 probe's table: (column, key) headline pairs, then ``per_language(lang)`` per language."""
-
-    title: str
-    headline: list[tuple[str, str]]
-    per_language: Callable[[str], str]
-
-
-TABLES = {
-    "level0": ProbeTable(
-        "Level 0 (context-free validity)",
-        [
-            ("partial", keys.level0(metric="partial")),
-            ("strict", keys.level0(metric="strict")),
-            ("p_valid", keys.level0(metric="p_valid")),
-            ("gold win", keys.level0(metric="gold_win_rate")),
-            ("ppl", keys.level0(metric="ppl")),
-        ],
-        lambda lang: keys.level0(lang, metric="partial"),
-    ),
-    "level1": ProbeTable(
-        "Level 1 (context-guided retrieval)",
-        [
-            ("term match", keys.level1(metric="term_match")),
-            ("partial", keys.level1(metric="partial")),
-            ("p_valid", keys.level1(metric="p_valid")),
-            ("gold win", keys.level1(metric="gold_win_rate")),
-        ],
-        lambda lang: keys.level1(lang, metric="term_match"),
-    ),
-}
 # MCQA headline: accuracy averaged over the embedded (word) and NonsenseQA (nonsense) tasks;
 # (column, task group or "all" for the probe's own average, protocol or None, metric)
 MCQA_COLUMNS = [
@@ -115,11 +80,10 @@ def summary(out: Path) -> str:
         seen = {k for r in records.values() for k in r.metrics}
         if probe == "mcqa":
             title, names = "MCQA (accuracy, mean over tasks)", [n for n, _, _, _ in MCQA_COLUMNS]
-        elif probe in TABLES:
-            table = TABLES[probe]
-            langs = keys.languages_in(seen, probe)
-            cols = [key for _, key in table.headline] + [table.per_language(lang) for lang in langs]
-            title, names = table.title, [n for n, _ in table.headline] + langs
+        elif (table := display.display_of(probe).table) is not None:
+            langs = display.languages_in(seen, probe) if table.per_language else []
+            cols = [key for _, key in table.columns] + [table.per_language(lang) for lang in langs]
+            title, names = table.title, [n for n, _ in table.columns] + langs
         else:  # a probe without a table of its own: its headline keys
             cols = keys.generic_headline(probe, seen)
             title, names = probe, [keys.generic_label(k) for k in cols]
@@ -172,7 +136,7 @@ def _tier_lines(record: Record) -> list[str]:
     lines = [f"{'partial by tier, ' + at:<28}" + "".join(f"{t:>11}" for t in tiers)]
     lines += [
         f"{lang:<28}" + _cells([m.get(keys.level0(lang, t)) for t in tiers])
-        for lang in keys.languages_in(m, "level0")
+        for lang in display.languages_in(m, "level0")
     ]
     return lines
 

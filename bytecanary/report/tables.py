@@ -15,6 +15,7 @@ from typing import Any
 from bytecanary import keys, settling
 from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
+from bytecanary.display import display_of
 from bytecanary.report import analysis, figures, mcqa_trends, tier_gaps
 from bytecanary.report.analysis import Checkpoint, Convergence, Curve
 from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
@@ -351,17 +352,21 @@ def build_tables(
     ]
 
 
+ANALYSED = ("level0", "level1", "mcqa")  # the probes the paper's analysis above reads
+
+
 def _other_tables(metrics: list[dict[str, Any]], cps: list[Checkpoint]) -> list[Table]:
-    """Per probe without tables of its own, its headline keys per checkpoint (``keys.generic_headline``)."""
+    """Per other probe, the columns of the table it declares (``bytecanary.display``), else
+    its headline keys (``keys.generic_headline``), per checkpoint."""
     seen = {k for c in cps for k in c.metrics}
-    probes = sorted({p for k in seen if (p := keys.probe_of(k))} - set(keys.OWN_TABLES))
-    return [
-        _checkpoint_table(
-            f"probe_{probe}",
-            f"{probe} per checkpoint",
-            metrics,
-            cps,
-            [(keys.generic_label(k), k) for k in keys.generic_headline(probe, seen)],
+    probes = sorted({p for k in seen if (p := keys.probe_of(k))} - set(ANALYSED))
+    tables = []
+    for probe in probes:
+        declared = display_of(probe).table
+        columns = (
+            list(declared.columns)
+            if declared is not None
+            else [(keys.generic_label(k), k) for k in keys.generic_headline(probe, seen)]
         )
-        for probe in probes
-    ]
+        tables.append(_checkpoint_table(f"probe_{probe}", f"{probe} per checkpoint", metrics, cps, columns))
+    return tables

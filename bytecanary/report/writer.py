@@ -273,7 +273,9 @@ def log_to_wandb(
 
     run_id = wandb_run_id(data.run_dir)
     if run_id is None:
-        raise BytecanaryError(f"{data.run_dir / 'wandb'}: no W&B run to add the report to (use --no-wandb)")
+        raise BytecanaryError(
+            f"{data.run_dir / 'wandb'}: no W&B run to add the report to (use --wandb=false)"
+        )
     home = RunWandb.of(data.run_dir)
     rows, merged = records_to_merge(data.run_dir, run_id)
     run = wandb.init(

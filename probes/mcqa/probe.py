@@ -47,6 +47,7 @@ from bytecanary.probes.engine import Sampling
 from bytecanary.probes.evalsets import DEFAULT_DATA_DIR, evalsets_dir
 from bytecanary.probes.mcqa.aggregate import mcqa_metrics
 from bytecanary.probes.mcqa.dashed import Matcher
+from bytecanary.probes.mcqa.display import DISPLAY
 from bytecanary.probes.mcqa.generation import Answering, generate_answers, grade
 from bytecanary.probes.mcqa.item_records import write_item_records
 from bytecanary.probes.mcqa.lm_eval_tasks import LmEvalItem, LmEvalSource, task_source
@@ -188,6 +189,7 @@ class McqaProbe(Probe):
     # which items are batched included: bootstrap CIs resample in that order), so records
     # of another version are probed again
     version = 5
+    display = DISPLAY
     Config = McqaConfig  # built as ``McqaProbe(McqaConfig(...))`` or ``McqaProbe(trial=True, ...)``
     config: McqaConfig
 

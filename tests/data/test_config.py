@@ -66,7 +66,7 @@ sources:
         (("name: x\n", ""), r"name: missing required key"),
         (
             ("name: x", "name: x\ntokenizer: {kind: sentencepiece}"),
-            r"tokenizer\.kind: must be one of",
+            r"tokenizer\.kind: expected one of .byte_fallback., .gpt2., .bytes., got .sentencepiece.",
         ),
         (("name: x", "name: [x"), r"invalid YAML"),
         (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bytecanary.config import from_dict
+from bytecanary.config import typed
 from bytecanary.data import debian
 from bytecanary.data.chunks import split_chunks
 from bytecanary.data.config import DataConfig, DebianSource
@@ -74,7 +74,7 @@ def data_config(cache: Path, seed: int = 0) -> DataConfig:
         "val_fraction": 0.25,
         "sources": [source(lang, cache) for lang in FOLDERS],
     }
-    return from_dict(DataConfig, raw)
+    return typed(DataConfig, raw)
 
 
 def test_page_text_keeps_the_body_and_drops_chrome_code_and_debug():

@@ -152,7 +152,7 @@ def test_slurm_path_submits_job_arrays_whose_tasks_write_the_local_bytes(
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     config = write_config(tmp_path / "chunked.yaml", **CHUNKED)
     out = tmp_path / "data"
-    cmd = ["prepare", "--config", str(config), "--out", str(out), "--slurm-partition", "cpu"]
+    cmd = ["prepare", "--config", str(config), "--out", str(out), "--slurm_partition", "cpu"]
     for stage, tasks in (("corpus", len(SMALL["sources"])), ("shards", None)):
         assert main(cmd) == 0
         printed = capsys.readouterr().out

@@ -77,7 +77,7 @@ def test_a_bad_weights_file_is_one_line_for_probe_and_export(trained, tmp_path, 
         shutil.copy(hf / "model.safetensors", bad)
         reason = "not a bytecanary weights file"
     capsys.readouterr()
-    assert main(["probe", str(bad), "--no-wandb", "--out", str(tmp_path / "p.jsonl")]) == 2
+    assert main(["probe", str(bad), "--wandb=false", "--out", str(tmp_path / "p.jsonl")]) == 2
     one_error(capsys.readouterr().err, str(bad), reason)
     assert main(["export", str(bad), str(tmp_path / "out")]) == 2
     one_error(capsys.readouterr().err, str(bad), reason)

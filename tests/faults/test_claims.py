@@ -95,8 +95,11 @@ def test_a_lease_out_of_bounds_is_one_line(tmp_path, capsys, lease):
         with pytest.raises(BytecanaryError, match="lease: must be more than 0 and at most 86400 seconds"):
             Claims(tmp_path / "p.jsonl", "a", lease=wrong)
     out = tmp_path / "p.jsonl"
-    assert main(["probe", "x.safetensors", "--lease", str(lease), "--no-wandb", "--out", str(out)]) == 2
-    one_error(capsys.readouterr().err, "probe: --lease must be more than 0 and at most 86400 seconds")
+    assert (
+        main(["probe", "x.safetensors", "--worker.lease", str(lease), "--wandb=false", "--out", str(out)])
+        == 2
+    )
+    one_error(capsys.readouterr().err, "probe: --worker.lease must be more than 0 and at most 86400 seconds")
     assert not out.exists() and MAX_LEASE == 86_400
 
 
@@ -107,8 +110,18 @@ def test_a_waiting_worker_says_whom_for_and_until_when_then_takes_over(trained, 
     [pair] = pipeline._pairs(Target.file(weights), [0])
     held = {**_namesake(sleeper.pid, time.time() + 3, 3.0), "pair": json.dumps(list(pair)), "worker": "b"}
     _write(tmp_path / "p.jsonl.claims", [BAD[0], held])
-    args = ["probe", str(weights), "--probes", "level0", "--trial", "--worker", "a", "--lease", "1"]
-    assert main([*args, "--no-wandb", "--out", str(out)]) == 0
+    args = [
+        "probe",
+        str(weights),
+        "--probes",
+        "level0",
+        "--trial=true",
+        "--worker.name",
+        "a",
+        "--worker.lease",
+        "1",
+    ]
+    assert main([*args, "--wandb=false", "--out", str(out)]) == 0
     captured = capsys.readouterr()
     waiting = [line for line in captured.out.splitlines() if line.startswith("waiting: ")]
     assert (

@@ -49,7 +49,7 @@ def test_export_force_never_deletes_what_it_did_not_write(
         monkeypatch.chdir(run)
     watched = tmp_path  # every run, the export and the notes: all of it must survive
     before = digests(watched)
-    assert _export(ckpt, "." if target == "cwd" else folder, "--force") == 2
+    assert _export(ckpt, "." if target == "cwd" else folder, "--force=true") == 2
     one_error(capsys.readouterr().err, needle)
     assert digests(watched) == before
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(f".{folder.name}.")]
@@ -61,7 +61,7 @@ def test_export_refuses_a_link_and_leaves_no_stale_link(trained, tmp_path, capsy
     assert _export(ckpt, real) == 0
     link.symlink_to(real)
     before = digests(tmp_path)
-    assert _export(ckpt, link, "--force") == 2
+    assert _export(ckpt, link, "--force=true") == 2
     one_error(capsys.readouterr().err, str(link), "a symbolic link", str(real))
     assert digests(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["hf", "link"]
 
@@ -74,6 +74,6 @@ def test_force_replaces_a_previous_export_and_only_with_force(trained, tmp_path,
     assert _export(trained / "checkpoints" / "step0000008.safetensors", out) == 2
     one_error(capsys.readouterr().err, str(out), "holds a previous export; pass --force")
     assert json.loads((out / "bytecanary.json").read_text())["step"] == 4
-    assert _export(trained / "checkpoints" / "step0000008.safetensors", out, "--force") == 0
+    assert _export(trained / "checkpoints" / "step0000008.safetensors", out, "--force=true") == 0
     assert json.loads((out / "bytecanary.json").read_text())["step"] == 8
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # nothing left beside it

@@ -46,7 +46,7 @@ def test_an_output_path_under_a_regular_file_fails_before_any_work(trained, tmp_
     blocker.write_text("a file, not a folder")
     ckpt = str(trained / "checkpoints" / "step0000004.safetensors")
     commands = [
-        ["probe", ckpt, "--out", str(blocker / "p.jsonl"), "--no-wandb"],
+        ["probe", ckpt, "--out", str(blocker / "p.jsonl"), "--wandb=false"],
         ["export", ckpt, str(blocker / "hf")],
         ["prepare", "--config", str(write_config(tmp_path / "small.yaml")), "--out", str(blocker / "data")],
         ["train", "--config", str(trained.parent.parent / "micro.yaml"), "--run.root", str(blocker)],
@@ -64,11 +64,11 @@ def test_an_output_path_of_the_wrong_kind_is_refused(trained, tmp_path, capsys):
     a_folder.mkdir()
     assert main(["prepare", "--config", str(write_config(tmp_path / "s.yaml")), "--out", str(a_file)]) == 2
     one_error(capsys.readouterr().err, str(a_file), "exists and is not a folder")
-    assert main(["probe", ckpt, "--out", str(a_folder), "--no-wandb"]) == 2
+    assert main(["probe", ckpt, "--out", str(a_folder), "--wandb=false"]) == 2
     one_error(capsys.readouterr().err, str(a_folder), "exists and is not a file")
     run = copy_run(trained, tmp_path / "run")
     (run / "report").write_text("my notes")
-    assert main(["report", str(run), "--no-wandb"]) == 2
+    assert main(["report", str(run), "--wandb=false"]) == 2
     one_error(capsys.readouterr().err, str(run / "report"), "exists and is not a folder")
     assert a_file.read_text() == "mine" and (run / "report").read_text() == "my notes"
 
@@ -94,11 +94,11 @@ def test_a_truncated_or_tokenizerless_model_folder_is_one_line(trained, tmp_path
     hf = export(trained / "checkpoints" / "step0000004.safetensors", tmp_path / "hf")
     weights = hf / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    assert main(["probe", str(hf), "--no-wandb", "--out", str(tmp_path / "p.jsonl")]) == 2
+    assert main(["probe", str(hf), "--wandb=false", "--out", str(tmp_path / "p.jsonl")]) == 2
     one_error(capsys.readouterr().err, str(hf), "cannot load the model")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (hf / name).unlink()
-    assert main(["probe", str(hf), "--no-wandb", "--out", str(tmp_path / "p.jsonl")]) == 2
+    assert main(["probe", str(hf), "--wandb=false", "--out", str(tmp_path / "p.jsonl")]) == 2
     one_error(capsys.readouterr().err, str(hf), "no tokenizer")
 
 

@@ -30,7 +30,7 @@ def probes_yaml(tmp_path) -> Path:
 
 
 def _probe(target: Path, probes_yaml: Path, *args: str) -> int:
-    return main(["probe", str(target), "--config", str(probes_yaml), "--trial", "--no-wandb", *args])
+    return main(["probe", str(target), "--config", str(probes_yaml), "--trial=true", "--wandb=false", *args])
 
 
 @pytest.mark.parametrize("kind", ["weights", "metrics", "text"])

@@ -30,7 +30,9 @@ def hf(trained, tmp_path):
 
 
 def _probe(hf, out, *args):
-    return main(["probe", str(hf), "--probes", "level0", "--trial", "--no-wandb", "--out", str(out), *args])
+    return main(
+        ["probe", str(hf), "--probes", "level0", "--trial=true", "--wandb=false", "--out", str(out), *args]
+    )
 
 
 def test_a_revision_of_a_local_folder_is_refused(hf, tmp_path, capsys):
@@ -162,7 +164,7 @@ def test_a_folder_of_hf_model_folders_is_a_series_in_step_order(trained, small_d
             _hf_folder(trained, series / layout.format(step), step)
         (series / "logs").mkdir()  # anything else beside them is no checkpoint
     out = tmp_path / "p.jsonl"
-    args = ["--level0-set", str(small_data / "evalsets" / "level0_zh.json")]
+    args = ["--eval_sets.level0", str(small_data / "evalsets" / "level0_zh.json")]
     assert _probe(series, out, *args) == 0
     rows = read_records(out)
     if layout == "hub cache":
@@ -201,8 +203,8 @@ def test_a_window_shorter_than_a_level1_prompt_is_a_failed_record_naming_it(
     folder = _family_folder(byte_fallback_tokenizer, tmp_path / "mistral", cfg)
     out = tmp_path / "p.jsonl"
     (level1,) = (small_data / "evalsets").glob("level1*.json")
-    assert main(["probe", str(folder), "--probes", "level1", "--trial", "--level1-set", str(level1),
-                 "--no-wandb", "--out", str(out)]) == 1  # fmt: skip
+    args = ["--probes", "level1", "--trial=true", "--eval_sets.level1", str(level1), "--wandb=false"]
+    assert main(["probe", str(folder), *args, "--out", str(out)]) == 1
     (row,) = read_records(out)
     assert row.status == "failed" and "sliding_window=8 is shorter than a prompt" in row.error
     assert "some probes failed" in capsys.readouterr().err
@@ -242,7 +244,7 @@ def test_a_soft_capping_model_is_scored_as_its_forward_scores(
     config = tmp_path / "probes.yaml"
     config.write_text(json.dumps({"probes": [spec]}), encoding="utf-8")
     out = tmp_path / "p.jsonl"
-    assert main(["probe", str(folder), "--config", str(config), "--no-wandb", "--out", str(out)]) == 0
+    assert main(["probe", str(folder), "--config", str(config), "--wandb=false", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "through its own forward" in err and "final_logit_softcapping=0.5" in err
     model = AutoModelForCausalLM.from_pretrained(folder).eval()

@@ -37,7 +37,7 @@ def test_a_truncated_shard_stops_training_and_verify(broken_data, tmp_path, caps
     one_error(capsys.readouterr().err, str(shard), "index.json says")
     assert not (tmp_path / "runs" / "t").exists()
     prepare = ["prepare", "--config", str(write_config(tmp_path / "small.yaml")), "--out", str(broken_data)]
-    assert main([*prepare, "--verify"]) == 2
+    assert main([*prepare, "--verify=true"]) == 2
     one_error(capsys.readouterr().err, str(shard), "index.json says")
 
 
@@ -48,11 +48,11 @@ def test_verify_finds_a_shard_altered_in_place(small_data, tmp_path, capsys):
     raw[100] ^= 0xFF
     shard.write_bytes(bytes(raw))
     prepare = ["prepare", "--config", str(write_config(tmp_path / "small.yaml")), "--out", str(data)]
-    assert main([*prepare, "--verify"]) == 2
+    assert main([*prepare, "--verify=true"]) == 2
     one_error(capsys.readouterr().err, str(shard), "differ from index.json's hash")
     shard.write_bytes(bytes(raw[:100]) + bytes([raw[100] ^ 0xFF]) + bytes(raw[101:]))
     capsys.readouterr()
-    assert main([*prepare, "--verify"]) == 0
+    assert main([*prepare, "--verify=true"]) == 0
     assert "[shards] verified 8 shard files" in capsys.readouterr().out
 
 
@@ -158,7 +158,7 @@ def _step8(trained) -> str:
 
 def test_the_no_model_guard_stands_on_the_loading_path(trained, tmp_path, no_model):
     """Control: good inputs do reach the loader the guard replaces."""
-    args = ["probe", _step8(trained), "--probes", "level0", "--trial", "--no-wandb"]
+    args = ["probe", _step8(trained), "--probes", "level0", "--trial=true", "--wandb=false"]
     with pytest.raises(pytest.fail.Exception, match="a model loaded"):
         main([*args, "--out", str(tmp_path / "p.jsonl")])
 
@@ -169,7 +169,7 @@ def test_a_bad_eval_set_is_one_line_before_a_model_loads(trained, tmp_path, caps
     bad = tmp_path / name
     bad.write_bytes(content)
     out = tmp_path / "p.jsonl"
-    args = ["probe", _step8(trained), "--probes", probe, f"--{probe}-set", str(bad), "--no-wandb"]
+    args = ["probe", _step8(trained), "--probes", probe, f"--eval_sets.{probe}", str(bad), "--wandb=false"]
     assert main([*args, "--out", str(out)]) == 2
     line = one_error(capsys.readouterr().err, f"{bad}{problem}")
     assert line.startswith(f"error: probes: {probe}: {bad}: ")  # the probe's spec, then the file
@@ -229,7 +229,7 @@ def test_a_bad_mcqa_task_file_is_one_line_before_a_model_loads(trained, tmp_path
     task = {**_task("t", bad, builder), "schema": "cmmlu"} if builder == "csv" else _task("t", bad)
     config = _mcqa_config(tmp_path / "probes.yaml", task)
     out = tmp_path / "p.jsonl"
-    assert main(["probe", _step8(trained), "--config", config, "--no-wandb", "--out", str(out)]) == 2
+    assert main(["probe", _step8(trained), "--config", config, "--wandb=false", "--out", str(out)]) == 2
     line = one_error(capsys.readouterr().err)
     assert line == f"error: {config}: probes: mcqa: {bad}: task 't' ({builder}){problem}"
     assert not out.exists()
@@ -244,7 +244,7 @@ def test_an_item_id_twice_across_files_names_both_files_and_rows(
     both = {**_task("t", first), "data_files": [str(first), str(second)]}
     config = _mcqa_config(tmp_path / "probes.yaml", both)
     out = tmp_path / "p.jsonl"
-    assert main(["probe", _step8(trained), "--config", config, "--no-wandb", "--out", str(out)]) == 2
+    assert main(["probe", _step8(trained), "--config", config, "--wandb=false", "--out", str(out)]) == 2
     line = one_error(capsys.readouterr().err)
     problem = f"task 't' (json): row 1 has the item id 'q2' of {first} row 1 (column 'id')"
     assert line == f"error: {config}: probes: mcqa: {second}: {problem}"
@@ -252,7 +252,7 @@ def test_an_item_id_twice_across_files_names_both_files_and_rows(
     first.write_bytes(_jsonl(GOOD_ROW))
     second.write_bytes(_jsonl(GOOD_ROW))
     config = _mcqa_config(tmp_path / "probes.yaml", _task("t", first), _task("t", second))
-    assert main(["probe", _step8(trained), "--config", config, "--no-wandb", "--out", str(out)]) == 2
+    assert main(["probe", _step8(trained), "--config", config, "--wandb=false", "--out", str(out)]) == 2
     assert (
         one_error(capsys.readouterr().err)
         == f"error: {config}: probes: mcqa: tasks 't' and 't' both make task 't', item id '0' twice"
@@ -310,7 +310,10 @@ def test_a_weights_file_of_the_wrong_shape_names_the_tensor_and_both_shapes(trai
         f"[{vocab}, {width // 2}] in the file, [{vocab}, {width}] in the config"
     )
     out = tmp_path / "p.jsonl"
-    assert main(["probe", str(bad), "--probes", "level0", "--trial", "--no-wandb", "--out", str(out)]) == 2
+    assert (
+        main(["probe", str(bad), "--probes", "level0", "--trial=true", "--wandb=false", "--out", str(out)])
+        == 2
+    )
     assert one_error(capsys.readouterr().err) == expected
     assert main(["export", str(bad), str(tmp_path / "hf")]) == 2
     assert one_error(capsys.readouterr().err) == expected
@@ -322,12 +325,12 @@ def test_a_weights_file_of_the_wrong_shape_names_the_tensor_and_both_shapes(trai
     [
         (
             {"name": "level0", "per_langauge": 2},
-            "level0: unknown parameter 'per_langauge' (did you mean 'per_language'?)",
+            "level0: per_langauge: unknown key (did you mean 'per_language'?)",
         ),
         ({"name": "levl0"}, "unknown probe 'levl0' (did you mean 'level0'?); known: "),
         (
             {"name": "level0", "per_language": "many"},
-            "level0: parameter 'per_language': expected int, got 'many'",
+            "level0: per_language: expected int, got 'many'",
         ),
         ({"name": "mcqa", "protocols": ["clozee"]}, "mcqa: "),
     ],
@@ -340,7 +343,7 @@ def test_train_and_probe_refuse_a_bad_spec_in_the_same_words(
     assert main(["train", "--config", str(config), "--run.name", "p"]) == 2
     from_train = one_error(capsys.readouterr().err)
     out = tmp_path / "p.jsonl"
-    assert main(["probe", _step8(trained), "--config", str(config), "--no-wandb", "--out", str(out)]) == 2
+    assert main(["probe", _step8(trained), "--config", str(config), "--wandb=false", "--out", str(out)]) == 2
     from_probe = one_error(capsys.readouterr().err)
     assert from_train == from_probe and from_train.startswith(f"error: {config}: probes: {problem}")
     assert not (tmp_path / "runs" / "p").exists() and not out.exists()

@@ -31,7 +31,7 @@ def _mixed_run(tmp_path):
 
 def test_the_report_keeps_one_parameterisation_and_says_which_records_it_left_out(tmp_path, capsys):
     run = _mixed_run(tmp_path)
-    assert main(["report", str(run), "--no-wandb"]) == 0
+    assert main(["report", str(run), "--wandb=false"]) == 0
     err = capsys.readouterr().err
     assert "level0: 10 records with fingerprint q left out" in err
     md = (run / "report" / "report.md").read_text()

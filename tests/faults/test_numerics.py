@@ -212,7 +212,16 @@ def test_each_dtype_is_its_own_measurement_and_float32_keeps_the_old_fingerprint
 
     out = tmp_path / "p.jsonl"
     for dtype in ("bfloat16", "float32", "bfloat16"):  # the last finds its pairs done
-        args = ["probe", str(trained), "--probes", "level0", "--trial", "--no-wandb", "--dtype", dtype]
+        args = [
+            "probe",
+            str(trained),
+            "--probes",
+            "level0",
+            "--trial=true",
+            "--wandb=false",
+            "--dtype",
+            dtype,
+        ]
         assert main([*args, "--out", str(out)]) == 0
     rows = read_records(out)
     assert [(r.step, r.dtype) for r in rows] == [

@@ -33,7 +33,15 @@ def test_a_bad_parameter_is_one_line_before_any_work(
     config = tmp_path / "probes.yaml"
     config.write_text(yaml.safe_dump({"probes": [entry]}))
     out = tmp_path / "p.jsonl"
-    args = ["probe", str(trained / "checkpoints"), "--config", str(config), "--no-wandb", "--out", str(out)]
+    args = [
+        "probe",
+        str(trained / "checkpoints"),
+        "--config",
+        str(config),
+        "--wandb=false",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 2
     line = one_error(capsys.readouterr().err, f"{config}: probes: {entry['name']}", field, problem)
     assert "usage" not in line and not out.exists()

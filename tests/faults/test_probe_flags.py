@@ -1,5 +1,5 @@
 """``bytecanary probe`` flags that cannot work are one ``error:`` line and exit 2 before any
-work: a negative or zero ``--interval``/``--idle-limit``, a device this machine does not have
+work: a negative or zero ``--series.interval``/``--series.idle_limit``, a device this machine does not have
 (``--device cuda`` without CUDA) or that does not exist (``--device bogus``), naming the
 devices there are."""
 
@@ -12,14 +12,14 @@ from .conftest import last_error, micro_config, one_error
 
 BAD = {
     "interval -1": (
-        ["--interval", "-1"],
-        "probe: --interval must be more than 0 and at most 86400 seconds, got -1.0",
+        ["--series.interval", "-1"],
+        "probe: --series.interval must be more than 0 and at most 86400 seconds, got -1.0",
     ),
-    "interval 0": (["--interval", "0"], "probe: --interval must be more than 0"),
-    "idle limit 0": (["--idle-limit", "0"], "probe: --idle-limit must be more than 0"),
+    "interval 0": (["--series.interval", "0"], "probe: --series.interval must be more than 0"),
+    "idle limit 0": (["--series.idle_limit", "0"], "probe: --series.idle_limit must be more than 0"),
     "idle limit 1e12": (
-        ["--idle-limit", "1e12"],
-        "probe: --idle-limit must be more than 0 and at most 86400",
+        ["--series.idle_limit", "1e12"],
+        "probe: --series.idle_limit must be more than 0 and at most 86400",
     ),
     "bogus device": (["--device", "bogus"], "probe: --device 'bogus' is not a device; here: cpu"),
     "cuda without CUDA": (["--device", "cuda"], "probe: --device 'cuda' is not on this machine; here: cpu"),
@@ -36,7 +36,7 @@ def test_a_flag_that_cannot_work_is_one_line_before_any_work(tmp_path, capsys, m
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     flags, message = BAD[case]
     out = tmp_path / "p.jsonl"
-    assert main(["probe", "--watch", str(tmp_path / "run"), *flags, "--no-wandb", "--out", str(out)]) == 2
+    assert main(["probe", "--watch", str(tmp_path / "run"), *flags, "--wandb=false", "--out", str(out)]) == 2
     one_error(capsys.readouterr().err, message)
     assert not out.exists() and not (tmp_path / "run").exists()
 

@@ -50,7 +50,7 @@ def test_sigkill_inside_the_probe_callback_then_resume_gives_every_record_once(t
 
 
 def _probe(*args: str) -> int:
-    return main(["probe", *args, "--trial", "--no-wandb"])
+    return main(["probe", *args, "--trial=true", "--wandb=false"])
 
 
 @pytest.fixture
@@ -77,7 +77,14 @@ def test_a_torn_last_line_is_cut_before_a_rerun_appends(trained, tmp_path, probe
 @pytest.mark.slow
 def test_two_probe_processes_on_one_out_write_no_duplicates(trained, tmp_path, probes_yaml):
     out = tmp_path / "p.jsonl"
-    args = ["probe", str(trained / "checkpoints"), "--config", str(probes_yaml), "--trial", "--no-wandb"]
+    args = [
+        "probe",
+        str(trained / "checkpoints"),
+        "--config",
+        str(probes_yaml),
+        "--trial=true",
+        "--wandb=false",
+    ]
     procs = [
         subprocess.Popen(
             command(*args, "--out", str(out)),
@@ -121,7 +128,7 @@ def test_report_reads_past_a_corrupt_line_and_a_malformed_record(tmp_path, capsy
     lines[5] = json.dumps(bad)
     (run / "probes.jsonl").write_text("\n".join(lines) + "\n")
     before = (run / "probes.jsonl").read_bytes()
-    assert main(["report", str(run), "--no-wandb"]) == 0
+    assert main(["report", str(run), "--wandb=false"]) == 0
     warnings = capsys.readouterr().err.strip().splitlines()
     assert len(warnings) == 2 and all(w.startswith("warning: ") for w in warnings)
     assert "probes.jsonl:4: not valid JSON" in warnings[0]

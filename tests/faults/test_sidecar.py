@@ -2,7 +2,7 @@
 probes every weights file as it lands, exactly once, and exits 0 by itself once training has
 marked the run finished; a training restarted for more steps lets it watch on. It always ends:
 a training killed, crashed or hung (its heartbeat), a run without a heartbeat that goes quiet
-(``--idle-limit``), a watched path that is a file or never appears are each one ``error:`` line
+(``--series.idle_limit``), a watched path that is a file or never appears are each one ``error:`` line
 and exit 2; a stale, unreadable or early ``finished.json`` never ends it early."""
 
 import dataclasses
@@ -24,7 +24,7 @@ from bytecanary.train.heartbeat import beating
 from .conftest import QUIET, ROOT, command, micro_config, one_error
 
 ENV = {**os.environ, **QUIET, "OMP_NUM_THREADS": "1"}
-WATCH = ["--probes", "level0", "--trial", "--interval", "0.2", "--no-wandb"]
+WATCH = ["--probes", "level0", "--trial=true", "--series.interval", "0.2", "--wandb=false"]
 GUARD = 300  # seconds: a guard against a hang, far above CI's pace; no test asserts a speed
 
 
@@ -33,7 +33,18 @@ def test_a_sidecar_probes_each_checkpoint_once_and_ends_with_the_run(tmp_path, s
     config = micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs", probes, probe_in_loop=False)
     run = tmp_path / "runs" / "side"
     out = tmp_path / "sidecar.jsonl"
-    watch = ["probe", "--watch", run, "--config", config, "--interval", "0.2", "--no-wandb", "--out", out]
+    watch = [
+        "probe",
+        "--watch",
+        run,
+        "--config",
+        config,
+        "--series.interval",
+        "0.2",
+        "--wandb=false",
+        "--out",
+        out,
+    ]
     sidecar = subprocess.Popen(command(*watch), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
     train = ["train", "--config", config, "--run.name", "side", "--trainer.max_steps", "12"]
     trained = subprocess.run(command(*train), cwd=ROOT, env=ENV, capture_output=True, text=True)
@@ -65,7 +76,7 @@ def test_a_sidecar_ends_with_one_line_once_its_training_is_killed(run_copy, tmp_
     out = tmp_path / "side.jsonl"
     start = time.monotonic()
     sidecar = subprocess.run(
-        command("probe", "--watch", run, *WATCH, "--idle-limit", "2", "--out", out),
+        command("probe", "--watch", run, *WATCH, "--series.idle_limit", "2", "--out", out),
         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=GUARD,
     )  # fmt: skip
     seconds = time.monotonic() - start  # the time to exit: what it took, bounded by GUARD
@@ -105,7 +116,7 @@ def test_a_stale_unreadable_or_early_marker_does_not_end_a_sidecar(run_copy, tmp
     live = Heartbeat(os.getpid(), socket.gethostname(), "newer", 5.0, now, now)  # this test's process
     write_json(run / HEARTBEAT, dataclasses.asdict(live))
     out = tmp_path / "side.jsonl"
-    args = command("probe", "--watch", run, *WATCH, "--idle-limit", "3600", "--out", out)
+    args = command("probe", "--watch", run, *WATCH, "--series.idle_limit", "3600", "--out", out)
     sidecar = subprocess.Popen(
         args, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -134,7 +145,7 @@ def test_a_quiet_run_without_heartbeat_ends_the_watch(run_copy, tmp_path, capsys
     (run / HEARTBEAT).unlink()
     (run / FINISHED).unlink()
     out = tmp_path / "side.jsonl"
-    assert main(["probe", "--watch", str(run), *WATCH, "--idle-limit", "1", "--out", str(out)]) == 2
+    assert main(["probe", "--watch", str(run), *WATCH, "--series.idle_limit", "1", "--out", str(out)]) == 2
     captured = capsys.readouterr()
     one_error(captured.err, f"{run}: its training stopped without finishing", "no heartbeat.json", "1 s")
     assert len(read_records(out)) == 2 and "nothing to do" not in captured.out
@@ -147,10 +158,10 @@ def test_a_watch_target_that_is_a_file_or_never_appears_is_one_line(tmp_path, ca
     assert main(["probe", "--watch", str(weights), *WATCH, "--out", str(out)]) == 2
     one_error(capsys.readouterr().err, f"--watch {weights}: not a folder")
     typo = tmp_path / "runs" / "tyop"
-    assert main(["probe", "--watch", str(typo), *WATCH, "--idle-limit", "0.5", "--out", str(out)]) == 2
+    assert main(["probe", "--watch", str(typo), *WATCH, "--series.idle_limit", "0.5", "--out", str(out)]) == 2
     captured = capsys.readouterr()
     one_error(captured.err, f"--watch {typo}: did not appear in 0.5 s")
-    assert f"waiting up to 0.5 s (--idle-limit) for {typo} to appear" in captured.out
+    assert f"waiting up to 0.5 s (--series.idle_limit) for {typo} to appear" in captured.out
     assert not out.exists()
 
 

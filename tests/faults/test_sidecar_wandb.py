@@ -47,7 +47,7 @@ def test_a_sidecars_probes_join_the_training_group_and_a_report_logs_them_into_i
     )
     run = tmp_path / "runs" / "side"
     out = run / "probes.jsonl"  # where the report reads
-    watch = ["probe", "--watch", run, "--config", config, "--interval", "0.2", "--out", out]
+    watch = ["probe", "--watch", run, "--config", config, "--series.interval", "0.2", "--out", out]
     sidecar = subprocess.Popen(command(*watch), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
     train = ["train", "--config", config, "--run.name", "side", "--trainer.max_steps", "8"]
     trained = subprocess.run(command(*train), cwd=ROOT, env=ENV, capture_output=True, text=True)

@@ -24,7 +24,9 @@ def test_a_config_yaml_with_a_syntax_error_names_the_file_and_the_line(trained, 
     bad = tmp_path / "bad.yaml"
     bad.write_text("probes:\n  - {name: level0, trial: true\n", encoding="utf-8")
     ckpt = str(trained / "checkpoints" / "step0000004.safetensors")
-    assert main(["probe", ckpt, "--config", str(bad), "--no-wandb", "--out", str(tmp_path / "p.jsonl")]) == 2
+    assert (
+        main(["probe", ckpt, "--config", str(bad), "--wandb=false", "--out", str(tmp_path / "p.jsonl")]) == 2
+    )
     one_error(capsys.readouterr().err, f"{bad}: invalid YAML: line 3, column 1: expected ',' or '}}'")
     data = write_config(tmp_path / "data.yaml")
     data.write_text(data.read_text() + "eval: [1\n", encoding="utf-8")
@@ -41,7 +43,7 @@ def test_a_task_yaml_with_a_syntax_error_is_named_not_reported_as_not_found(trai
     (tasks / "mc_x.yaml").write_text(BROKEN, encoding="utf-8")
     config = _mcqa_config(tmp_path / "probes.yaml", tasks)
     ckpt = str(trained / "checkpoints" / "step0000004.safetensors")
-    args = ["probe", ckpt, "--config", str(config), "--probes", "mcqa", "--no-wandb"]
+    args = ["probe", ckpt, "--config", str(config), "--probes", "mcqa", "--wandb=false"]
     assert main([*args, "--out", str(tmp_path / "p.jsonl")]) == 2
     line = one_error(capsys.readouterr().err, f"{tasks / 'mc_x.yaml'}: invalid YAML: {BROKEN_AT}", "'mc_x'")
     assert "not found in" not in line and not (tmp_path / "p.jsonl").exists()

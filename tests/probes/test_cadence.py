@@ -58,10 +58,10 @@ def test_fires_are_fewer_with_a_thinner_cadence():
     "value, message",
     [
         ({"every": 0}, "every must be an integer >= 1"),
-        ({"every": "often"}, "parameter 'every': expected int, got 'often'"),
+        ({"every": "often"}, "every: expected int, got 'often'"),
         ({"log_base": 1}, "log_base must be a number > 1"),
         ({"every": 2, "log_base": 4}, "choose one of every and log_base"),
-        ({"evry": 2}, r"unknown parameter 'evry' \(did you mean 'every'\?\)"),
+        ({"evry": 2}, r"evry: unknown key \(did you mean 'every'\?\)"),
         (4, "expected a mapping"),
     ],
 )

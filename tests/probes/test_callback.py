@@ -87,7 +87,7 @@ def test_a_bad_probe_spec_names_its_yaml_before_training():
     with pytest.raises(BytecanaryError) as err:
         ProbeCallback([{"name": "level0", "per_langauge": 2}], source="configs/x.yaml")
     assert str(err.value) == (
-        "configs/x.yaml: probes: level0: unknown parameter 'per_langauge' (did you mean 'per_language'?)"
+        "configs/x.yaml: probes: level0: per_langauge: unknown key (did you mean 'per_language'?)"
     )
 
 

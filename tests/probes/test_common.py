@@ -63,15 +63,15 @@ SOURCE = "configs/x.yaml"
     [
         (
             {"name": "level0", "per_langauge": 8},
-            "configs/x.yaml: probes: level0: unknown parameter 'per_langauge' (did you mean 'per_language'?)",
+            "configs/x.yaml: probes: level0: per_langauge: unknown key (did you mean 'per_language'?)",
         ),
         (
             {"name": "level0", "per_language": "many"},
-            "configs/x.yaml: probes: level0: parameter 'per_language': expected int, got 'many'",
+            "configs/x.yaml: probes: level0: per_language: expected int, got 'many'",
         ),
         (
             {"name": "mcqa", "languages": "en"},
-            "configs/x.yaml: probes: mcqa: parameter 'languages': expected list[str] | None, got 'en'",
+            "configs/x.yaml: probes: mcqa: languages: expected list or null, got 'en'",
         ),
         (
             {"name": "levl0"},
@@ -90,7 +90,7 @@ def test_a_bad_spec_is_one_line_naming_file_probe_and_parameter(spec, message):
 def test_constructor_checks_name_the_probe_too():
     with pytest.raises(BytecanaryError, match=r"^probes: mcqa: unknown protocols \['dashd'\]"):
         get_probe("mcqa", protocols=["dashd"])
-    with pytest.raises(BytecanaryError, match=r"^probes: level0: unknown parameter 'bogus'$"):
+    with pytest.raises(BytecanaryError, match=r"^probes: level0: bogus: unknown key$"):
         get_probe("level0", bogus=1)
 
 

@@ -5,17 +5,19 @@ finds it, and its records, the summary, the W&B payload and the report all show 
 import json
 import sys
 import textwrap
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from bytecanary import tracking
+from bytecanary import display, tracking
 from bytecanary.cli import main
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes import registry
 from bytecanary.records import read as read_records
+from bytecanary.report.summary import summary
 
 from ..report.runs import TOKENS, make_run, record, write_jsonl
 
@@ -49,11 +51,30 @@ TOY = '''
 '''
 
 
-@pytest.fixture
-def toy_plugin(tmp_path, monkeypatch):
-    folder = tmp_path / "plugin"
+# the same probe, declaring how its keys are shown (bytecanary.display)
+DECLARING = TOY.replace(
+    "import torch\n",
+    "import torch\n\n    from bytecanary.display import Display, Table\n",
+).replace(
+    '''"""The mean log-probability of one sentence per language."""''',
+    '''"""The mean log-probability of one sentence per language."""
+
+        display = Display(
+            fields=("language",),
+            headline=lambda k: k.fields == ("ja",),
+            table=Table(
+                "Toy log-probability", (("mean lp", "probe/toy/all/logprob"),), "probe/toy/{}/logprob".format
+            ),
+        )''',
+)
+
+
+@contextmanager
+def _installed(folder, monkeypatch, source: str):
+    """A package of three files, its module and the two metadata files that register it,
+    installed for the test and then forgotten."""
     (folder / "toyprobe-0.1.dist-info").mkdir(parents=True)
-    (folder / "toyprobe.py").write_text(textwrap.dedent(TOY))
+    (folder / "toyprobe.py").write_text(textwrap.dedent(source))
     (folder / "toyprobe-0.1.dist-info" / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: toyprobe\nVersion: 0.1\n"
     )
@@ -65,8 +86,21 @@ def toy_plugin(tmp_path, monkeypatch):
     registry._load_plugins.cache_clear()
     yield
     registry.PROBES.pop("toy", None)
+    display.DECLARED.pop("toy", None)
     sys.modules.pop("toyprobe", None)
     registry._load_plugins.cache_clear()
+
+
+@pytest.fixture
+def toy_plugin(tmp_path, monkeypatch):
+    with _installed(tmp_path / "plugin", monkeypatch, TOY):
+        yield
+
+
+@pytest.fixture
+def declaring_plugin(tmp_path, monkeypatch):
+    with _installed(tmp_path / "plugin", monkeypatch, DECLARING):
+        yield
 
 
 def test_a_probe_in_three_files_of_another_package_shows_everywhere(
@@ -88,7 +122,7 @@ def test_a_probe_in_three_files_of_another_package_shows_everywhere(
         str(config),
         "--out",
         str(out),
-        "--no-wandb",
+        "--wandb=false",
         "--device",
         "cpu",
     ]
@@ -127,9 +161,37 @@ def test_a_probe_in_three_files_of_another_package_shows_everywhere(
         record(t, "toy", {"probe/toy/all/logprob": -t / 1e6}) for t in TOKENS
     ]
     write_jsonl(run / "probes.jsonl", rows)
-    assert main(["report", str(run), "--no-wandb"]) == 0
+    assert main(["report", str(run), "--wandb=false"]) == 0
     md = (run / "report" / "report.md").read_text()
     assert "toy per checkpoint" in md and f"{-TOKENS[-1] / 1e6:.3f}" in md
+
+
+def test_a_probe_that_declares_its_display_is_shown_as_it_declares(declaring_plugin, tmp_path):
+    """Its fields name the detail columns, its headline is what W&B charts, its table is the
+    summary's and the report's."""
+    (tmp_path / "r").mkdir()
+    run = make_run(tmp_path / "r")
+    scores = {t: {"en": -t / 1e6, "ja": -2 * t / 1e6} for t in TOKENS}
+    rows = read_records(run / "probes.jsonl") + [
+        record(
+            t,
+            "toy",
+            {f"probe/toy/{lang}/logprob": v for lang, v in s.items()} | {"probe/toy/all/logprob": -1.0},
+        )
+        for t, s in scores.items()
+    ]
+    write_jsonl(run / "probes.jsonl", rows)
+    registry.load_probes()
+    assert tracking.detail_columns("toy") == ("language",)
+    assert tracking.is_headline("probe/toy/ja/logprob") and not tracking.is_headline("probe/toy/all/logprob")
+    printed = summary(run / "probes.jsonl").splitlines()
+    at = printed.index("Toy log-probability")
+    assert printed[at + 1].split()[3:] == ["mean", "lp", "en", "ja"]
+    last = printed[at + 1 + len(TOKENS)].split()
+    assert last[-3:] == ["-1.000", f"{scores[TOKENS[-1]]['en']:.3f}", f"{scores[TOKENS[-1]]['ja']:.3f}"]
+    assert main(["report", str(run), "--wandb=false"]) == 0
+    md = (run / "report" / "report.md").read_text()
+    assert "toy per checkpoint" in md and "mean lp" in md
 
 
 def test_a_plugin_that_does_not_import_is_named_by_the_unknown_name_error(tmp_path, monkeypatch):

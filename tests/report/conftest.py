@@ -13,9 +13,9 @@ from .runs import make_run
 
 @pytest.fixture(scope="module")
 def reported(tmp_path_factory) -> tuple[Path, str]:
-    """(run dir, stdout) of ``bytecanary report RUN --no-wandb`` on a fabricated run."""
+    """(run dir, stdout) of ``bytecanary report RUN --wandb=false`` on a fabricated run."""
     run = make_run(tmp_path_factory.mktemp("reported"))
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        assert main(["report", str(run), "--no-wandb"]) == 0
+        assert main(["report", str(run), "--wandb=false"]) == 0
     return run, stdout.getvalue()

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bytecanary import keys, records, settling, stats
+from bytecanary import display, keys, records, settling, stats
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_jsonl
 from bytecanary.report import analysis, mcqa_trends
@@ -87,7 +87,7 @@ def test_greedy_flips_are_its_noise_and_p_valid_is_judged_on_its_own_se(tmp_path
         amplitude = float(np.std([curve.values[i] for i in flipping]))
         assert amplitude == pytest.approx((high - low) / 2, rel=0.02)  # alternating: half the jump
         # on its binomial SE alone (5-30x smaller) the detector takes the flips for movement
-        binomial = [stats.proportion_se(v, N[keys.language_of(key)]) for v in curve.values]
+        binomial = [stats.proportion_se(v, N[display.language_of(key)]) for v in curve.values]
         assert max(binomial[i] for i in flipping) < amplitude / 5
         assert stats.detect_convergence(curve.tokens, curve.values, binomial).state == stats.MOVING
         # the report's SE of every flipping point covers the flips...
@@ -101,7 +101,7 @@ def test_greedy_flips_are_its_noise_and_p_valid_is_judged_on_its_own_se(tmp_path
         assert flips_at - stats.LOCAL_HALF <= start <= flips_at
     # p_valid is judged on the SE its probe recorded, and converges where it settles
     for key, curve in conv.p_valid.items():
-        lang = keys.language_of(key)
+        lang = display.language_of(key)
         assert curve.se == pytest.approx([p_valid_se(int(t), lang, "converges") for t in curve.tokens])
         assert max(curve.se) < 0.01 and curve.noise_from == analysis.FROM_P_VALID_SE
         assert curve.state == stats.CONVERGED and curve.converged_at == VALIDITY_AT
@@ -281,9 +281,9 @@ def test_tolerances_are_settings(tmp_path):
         "Within this run, Level 0 expected validity (all, p_valid) comes within ±0.03 of its final level"
     )
     for bad, flag in (
-        (settling.Tolerance(ppl_tolerance=2.0), "--ppl-tolerance"),
-        (settling.Tolerance(validity_grid=()), "--validity-grid"),
-        (settling.Tolerance(ci_resamples=10), "--ci-resamples"),
+        (settling.Tolerance(ppl_tolerance=2.0), "--ppl_tolerance"),
+        (settling.Tolerance(validity_grid=()), "--validity_grid"),
+        (settling.Tolerance(ci_resamples=10), "--ci_resamples"),
     ):
         with pytest.raises(BytecanaryError, match=flag):
             analysis.convergence(rows, probes, bad)

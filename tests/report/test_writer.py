@@ -191,7 +191,7 @@ def test_malformed_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path,
     lines = (run / "metrics.jsonl").read_text().splitlines()
     lines[2] = lines[2][:-5]
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    assert main(["report", str(run), "--no-wandb"]) == 0
+    assert main(["report", str(run), "--wandb=false"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("warning: ") and "metrics.jsonl:3: not valid JSON" in err[0]
     assert (run / "report" / "report.md").is_file()
@@ -310,10 +310,12 @@ def test_report_states_both_ratios_when_greedy_validity_flips(tmp_path):
 
 def test_report_takes_its_tolerances_as_flags_and_refuses_one_out_of_range(tmp_path, capsys):
     run = make_run(tmp_path)
-    assert main(["report", str(run), "--no-wandb"]) == 0
+    assert main(["report", str(run), "--wandb=false"]) == 0
     assert "tokens to tolerance (±0.01 vs ±2%, within this run)" in capsys.readouterr().out
-    assert main(["report", str(run), "--no-wandb", "--ppl-tolerance", "0.05", "--ci-resamples", "200"]) == 0
+    assert (
+        main(["report", str(run), "--wandb=false", "--ppl_tolerance", "0.05", "--ci_resamples", "200"]) == 0
+    )
     assert "tokens to tolerance (±0.01 vs ±5%, within this run)" in capsys.readouterr().out
-    assert main(["report", str(run), "--no-wandb", "--ppl-tolerance", "2"]) == 2
+    assert main(["report", str(run), "--wandb=false", "--ppl_tolerance", "2"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("error: ") and "--ppl-tolerance must be in (0, 1), not 2.0" in line
+    assert line.startswith("error: ") and "--ppl_tolerance must be in (0, 1), not 2.0" in line

@@ -1,0 +1,71 @@
+"""How a probe's keys are shown, as the probe declares it: the fields its keys carry, which
+of them W&B charts, and its table in the printed summary.
+
+The core never names a probe: a probe class sets ``display`` and registering it declares it
+here (``bytecanary.probes.registry``). A probe that declares none gets the generic display:
+one ``group`` field, its aggregate keys charted and tabled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from bytecanary import keys
+
+
+def aggregates(key: keys.ProbeKey) -> bool:
+    """The generic headline: a probe's keys over every field."""
+    return key.aggregate
+
+
+@dataclass(frozen=True)
+class Table:
+    """A probe's table in the summary: ``(column, key)`` headline pairs, then a column per
+    language its keys name (``per_language(lang)``, when given)."""
+
+    title: str
+    columns: tuple[tuple[str, str], ...]
+    per_language: Callable[[str], str] | None = None
+
+
+@dataclass(frozen=True)
+class Display:
+    """What a probe declares about its keys."""
+
+    fields: tuple[str, ...] = ("group",)
+    """The fields between ``probe/<name>/`` and the metric, e.g. (language, tier, k)."""
+    headline: Callable[[keys.ProbeKey], bool] = aggregates
+    """Which of its keys W&B charts as scalars (the rest go to its detail table)."""
+    table: Table | None = None
+    """Its summary table (None: its headline keys, ``keys.generic_headline``)."""
+    own: bool = True
+    """Declared by the probe (False: the generic view of a probe that declares none)."""
+
+
+GENERIC = Display(own=False)
+DECLARED: dict[str, Display] = {}
+
+
+def declare(name: str, display: Display) -> None:
+    """Probe ``name`` shows its keys as ``display`` (called when the probe registers)."""
+    DECLARED[name] = display
+
+
+def display_of(probe: str) -> Display:
+    """What ``probe`` declared, else the generic display."""
+    return DECLARED.get(probe, GENERIC)
+
+
+def language_of(key: str) -> str | None:
+    """The language field of a key whose probe declares its first field ``language`` (``all``
+    for the aggregate); None for any other key."""
+    parsed = keys.read(key)
+    if parsed is None or not parsed.fields or display_of(parsed.probe).fields[:1] != ("language",):
+        return None
+    return parsed.fields[0]
+
+
+def languages_in(names: Iterable[str], probe: str) -> list[str]:
+    """The languages (not ``all``) that ``probe``'s keys among ``names`` name, sorted."""
+    return sorted({lang for k in names if keys.probe_of(k) == probe and (lang := language_of(k))} - {"all"})
