@@ -39,6 +39,9 @@ class Display:
     """Which of its keys W&B charts as scalars (the rest go to its detail table)."""
     table: Table | None = None
     """Its summary table (None: its headline keys, ``keys.generic_headline``)."""
+    derived: Callable[[dict[str, float]], dict[str, float]] | None = None
+    """Keys computed from a record's metrics that are shown (charted, tabled) but not
+    recorded, e.g. means over a group of tasks."""
     own: bool = True
     """Declared by the probe (False: the generic view of a probe that declares none)."""
 
@@ -55,6 +58,12 @@ def declare(name: str, display: Display) -> None:
 def display_of(probe: str) -> Display:
     """What ``probe`` declared, else the generic display."""
     return DECLARED.get(probe, GENERIC)
+
+
+def shown(probe: str, metrics: dict[str, float]) -> dict[str, float]:
+    """A record's metrics with the keys its probe derives for display."""
+    derive = display_of(probe).derived
+    return {**metrics, **derive(metrics)} if derive is not None else metrics
 
 
 def language_of(key: str) -> str | None:

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from bytecanary import keys, records
 from bytecanary.config import read_yaml
-from bytecanary.display import display_of
+from bytecanary.display import DECLARED, display_of
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_json, write_json
 from bytecanary.records import Identity, Record
@@ -61,19 +61,10 @@ def is_headline(key: str) -> bool:
 
 
 def headline_view(metrics: dict[str, float]) -> dict[str, float]:
-    """The headline scalars of one logged dict: its headline keys, plus the MCQA means over
-    each task group (``probe/mcqa/wordcomp/cloze/acc`` over ``wordcomp_<lang>``), which
-    the probe itself does not write."""
-    out = {k: v for k, v in metrics.items() if is_headline(k)}
-    sums: dict[str, list[float]] = {}
-    for key, value in metrics.items():
-        k = keys.read(key)
-        if k is not None and k.probe == "mcqa" and len(k.fields) == 2 and k.metric in ("acc", "chance_gap"):
-            group = keys.task_group(k.fields[0])
-            if group in keys.TASK_GROUPS:
-                sums.setdefault(keys.mcqa(group, k.fields[1], k.metric), []).append(value)
-    out.update({k: sum(v) / len(v) for k, v in sums.items() if is_headline(k)})
-    return out
+    """The headline scalars of one logged dict: its headline keys, plus those the probes
+    derive for display (``bytecanary.display``; MCQA's means over each task group)."""
+    derived = {k: v for d in DECLARED.values() if d.derived for k, v in d.derived(metrics).items()}
+    return {k: v for k, v in {**metrics, **derived}.items() if is_headline(k)}
 
 
 # ---- the detail grid: every other key as a table row ------------------------------------------

@@ -66,6 +66,7 @@ TABLE = Table(
 
 @register_probe("level0")
 class Level0Probe(Utf8Probe):
+    by_default = True
     version = 4
     display = Display(fields=("language", "tier", "k"), headline=headline, table=TABLE)
     tier_gap = True

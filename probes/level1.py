@@ -52,6 +52,7 @@ TABLE = Table(
 
 @register_probe("level1")
 class Level1Probe(Utf8Probe):
+    by_default = True
     version = 3
     display = Display(fields=("language", "k"), headline=headline, table=TABLE)
     term_match = True

@@ -47,6 +47,8 @@ class Probe:
     """The ``Config`` instance of a probe that has one."""
     params: dict[str, Any]
     """The probe's parameters, defaults filled in: the ``Config``'s fields."""
+    by_default: ClassVar[bool] = False
+    """Run when ``bytecanary probe`` names no probes and no config."""
     display: ClassVar[Display | None] = None
     """How its keys are shown (their fields, the W&B headline, its summary table); None: the
     generic display (``bytecanary.display``)."""

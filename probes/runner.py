@@ -47,7 +47,7 @@ from bytecanary.probes.inputs import check_inputs
 from bytecanary.probes.liveness import NOTE_EVERY, Rate, stopped, waiting_line
 from bytecanary.probes.numerics import check_device, probe_dtype
 from bytecanary.probes.pipeline import Pipeline
-from bytecanary.probes.registry import probe_class
+from bytecanary.probes.registry import PROBES, probe_class
 from bytecanary.probes.specs import build_probes, spec_where, validate_specs
 from bytecanary.probes.targets import (
     Loader,
@@ -101,10 +101,10 @@ def with_cli_params(
 def probe_specs(config: str | None, names: list[str] | None) -> list[dict[str, Any]]:
     """``{name, **params}`` per probe: the ``probes:`` list of a YAML config (a training
     config's, so a checkpoint is probed as its training probed it), kept to ``names`` when
-    given and checked against each probe's parameters; without a config, ``names`` with
-    default parameters."""
+    given and checked against each probe's parameters; without a config, ``names`` (else the
+    probes that run by default, ``Probe.by_default``) with default parameters."""
     if config is None:
-        return [{"name": n} for n in names or ["level0", "level1"]]
+        return [{"name": n} for n in names or [n for n, cls in PROBES.items() if cls.by_default]]
     doc = read_yaml(config)
     specs = doc.get("probes") if isinstance(doc, dict) else None
     if not isinstance(specs, list) or not all(isinstance(s, dict) and "name" in s for s in specs):

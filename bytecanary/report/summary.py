@@ -1,12 +1,12 @@
 """The probe tables that ``bytecanary probe`` and ``bytecanary demo`` print.
 
-One row per probed checkpoint: step, tokens seen, the headline metrics (greedy validity
-beside ``p_valid``, the expected validity that does not flip with the argmax), then one
-column per language. Level 0 adds V_partial by frequency tier at the last checkpoint; MCQA
-averages each protocol over a task group, shows each benchmark task (a ``datasets`` task)
-on rows of its own, and adds the cross-checkpoint statistics, which ``add_mcqa_series``
-also puts into the W&B run's summary. Rows come from ``probes.jsonl``,
-so the tables show what was recorded, whoever probed.
+One row per probed checkpoint: step, tokens seen, then the columns of the table the probe
+declares (``bytecanary.display``: greedy validity beside ``p_valid``, the expected validity
+that does not flip with the argmax, then one column per language; MCQA's means over each task
+group), or its aggregate keys. Under the table, Level 0 adds V_partial by frequency tier at
+the last checkpoint; MCQA shows each benchmark task (a ``datasets`` task) on rows of its own,
+and the cross-checkpoint statistics, which ``add_mcqa_series`` also puts into the W&B run's
+summary. Rows come from ``probes.jsonl``, so the tables show what was recorded, whoever probed.
 """
 
 from __future__ import annotations
@@ -22,18 +22,6 @@ from bytecanary.records import Record, merge, read
 from bytecanary.report import mcqa_trends
 from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
 
-# MCQA headline: accuracy averaged over the embedded (word) and NonsenseQA (nonsense) tasks;
-# (column, task group or "all" for the probe's own average, protocol or None, metric)
-MCQA_COLUMNS = [
-    ("word sep", "wordcomp", SEPARATE, "acc"),
-    ("word mrg", "wordcomp", MERGED, "acc"),
-    ("word cloze", "wordcomp", CLOZE, "acc"),
-    ("word M&D", "wordcomp", DASHED, "acc"),
-    ("nons sep", "nonsenseqa", SEPARATE, "acc"),
-    ("nons M&D", "nonsenseqa", DASHED, "acc"),
-    ("FSI", "all", None, "fsi"),
-    ("PSI", "all", None, "psi"),
-]
 # a benchmark task's row: (column, protocol or None for the task's own, metric)
 BENCHMARK_COLUMNS = [
     ("sep", SEPARATE, "acc"),
@@ -51,24 +39,6 @@ def _records(out: Path) -> list[Record]:
     return merge(read(out, warn), warn)
 
 
-def _mcqa_cells(metrics: dict[str, float]) -> list[float | None]:
-    """Per MCQA column, the mean over the group's tasks that have the metric."""
-    cells = []
-    for _, group, protocol, metric in MCQA_COLUMNS:
-        if group == "all":
-            cells.append(metrics.get(mcqa_trends.mcqa_key("all", metric, protocol)))
-            continue
-        values = [
-            v
-            for k, v in metrics.items()
-            if (task := keys.mcqa_task_of(k))
-            and keys.task_group(task) == group
-            and k == mcqa_trends.mcqa_key(task, metric, protocol)
-        ]
-        cells.append(sum(values) / len(values) if values else None)
-    return cells
-
-
 def summary(out: Path) -> str:
     """Per probe, one row per checkpoint: step, tokens, headline metrics, then by language;
     for MCQA, the cross-checkpoint statistics under the table."""
@@ -78,9 +48,7 @@ def summary(out: Path) -> str:
     blocks = []
     for probe, records in by_probe.items():
         seen = {k for r in records.values() for k in r.metrics}
-        if probe == "mcqa":
-            title, names = "MCQA (accuracy, mean over tasks)", [n for n, _, _, _ in MCQA_COLUMNS]
-        elif (table := display.display_of(probe).table) is not None:
+        if (table := display.display_of(probe).table) is not None:
             langs = display.languages_in(seen, probe) if table.per_language else []
             cols = [key for _, key in table.columns] + [table.per_language(lang) for lang in langs]
             title, names = table.title, [n for n, _ in table.columns] + langs
@@ -89,9 +57,8 @@ def summary(out: Path) -> str:
             title, names = probe, [keys.generic_label(k) for k in cols]
         lines = [title, f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(f"{n:>11}" for n in names)]
         for r in _in_step_order(records):
-            m = r.metrics
-            values = _mcqa_cells(m) if probe == "mcqa" else [m.get(k) for k in cols]
-            lines.append(_row_head(r) + _cells(values))
+            m = display.shown(probe, r.metrics)
+            lines.append(_row_head(r) + _cells([m.get(k) for k in cols]))
         if probe == "mcqa" and len(records) > 1:
             lines.append(_mcqa_series_line(list(records.values())))
         if probe == "mcqa":

@@ -4,7 +4,8 @@ few W&B charts that carry the paper's findings (``bytecanary.display``)."""
 from __future__ import annotations
 
 from bytecanary import keys
-from bytecanary.display import Display
+from bytecanary.display import Display, Table
+from bytecanary.keys import CLOZE, DASHED, MERGED, SEPARATE
 
 HEADLINE_ACROSS_TASKS = ("fsi", "fsi_lo", "fsi_hi", "psi", "psi_lo", "psi_hi")  # over tasks (``all``)
 
@@ -22,4 +23,32 @@ def headline(k: keys.ProbeKey) -> bool:
     return k.metric == "chance_gap" and task == "nonsenseqa"
 
 
-DISPLAY = Display(fields=("task", "protocol"), headline=headline)
+def group_means(metrics: dict[str, float]) -> dict[str, float]:
+    """Accuracy and distance from chance averaged over each task group
+    (``probe/mcqa/wordcomp/cloze/acc`` over ``wordcomp_<lang>``): shown, not recorded."""
+    sums: dict[str, list[float]] = {}
+    for key, value in metrics.items():
+        k = keys.read(key)
+        if k is not None and k.probe == "mcqa" and len(k.fields) == 2 and k.metric in ("acc", "chance_gap"):
+            group = keys.task_group(k.fields[0])
+            if group in keys.TASK_GROUPS:
+                sums.setdefault(keys.mcqa(group, k.fields[1], k.metric), []).append(value)
+    return {k: sum(v) / len(v) for k, v in sums.items()}
+
+
+# accuracy averaged over the embedded (word) and NonsenseQA (nonsense) tasks, and the wrapper indices
+TABLE = Table(
+    "MCQA (accuracy, mean over tasks)",
+    (
+        ("word sep", keys.mcqa("wordcomp", SEPARATE, "acc")),
+        ("word mrg", keys.mcqa("wordcomp", MERGED, "acc")),
+        ("word cloze", keys.mcqa("wordcomp", CLOZE, "acc")),
+        ("word M&D", keys.mcqa("wordcomp", DASHED, "acc")),
+        ("nons sep", keys.mcqa("nonsenseqa", SEPARATE, "acc")),
+        ("nons M&D", keys.mcqa("nonsenseqa", DASHED, "acc")),
+        ("FSI", keys.mcqa_task("all", "fsi")),
+        ("PSI", keys.mcqa_task("all", "psi")),
+    ),
+)
+
+DISPLAY = Display(fields=("task", "protocol"), headline=headline, table=TABLE, derived=group_means)
