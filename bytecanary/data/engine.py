@@ -11,9 +11,11 @@ on, and the stage fails at the end with the count.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -37,6 +39,34 @@ logger.disable("datatrove")  # its per-task log lines would bury the stage's one
 RESULTS = "results"
 PROGRESS = "progress"
 TASKS = "tasks"
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+_running_here: int | None = None  # the pid of a process running local tasks, while it does
+
+
+def _die_with_parent() -> None:
+    """In a child forked while this process runs local tasks (datatrove's ``Manager`` server
+    process): Linux kills it when its parent dies, so a SIGKILLed ``prepare`` (the OOM
+    killer's) leaves no process behind waiting forever."""
+    if _running_here is None or not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != _running_here:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+os.register_at_fork(after_in_child=_die_with_parent)
+
+
+@contextlib.contextmanager
+def _children_die_with_this_process() -> Iterator[None]:
+    global _running_here
+    _running_here = os.getpid()
+    try:
+        yield
+    finally:
+        _running_here = None
 
 
 class Submitted(Exception):
@@ -152,7 +182,8 @@ def _run_local(step: Tasks, n: int, sizes: Sequence[int], folder: Path, workers:
     watcher = threading.Thread(target=_watch, args=(folder, sizes, progress, stop), daemon=True)
     watcher.start()
     try:
-        executor.run()
+        with _children_die_with_this_process():
+            executor.run()
     finally:
         stop.set()
         watcher.join()

@@ -2,6 +2,7 @@
 bytes whatever the number of workers, resume after SIGKILL inside the shard stage, and
 the SLURM path up to where a machine without SLURM can go (its job arrays run here)."""
 
+import contextlib
 import json
 import os
 import signal
@@ -100,6 +101,7 @@ def test_a_prepare_killed_inside_the_shard_stage_resumes_at_its_unfinished_chunk
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert len(done) >= 4 and not (out / "shards").exists(), "the kill came after the shard stage"
+    assert _left_behind(str(config)) == [], "a process of the killed prepare lives on"
     tasks = done[0].parent.parent
     # each finished chunk's shard, by inode: a task run again would write a new file
     finished = {}
@@ -114,6 +116,20 @@ def test_a_prepare_killed_inside_the_shard_stage_resumes_at_its_unfinished_chunk
     reused = [name for name, inode in finished.items() if kept.get(name) == inode]
     # all but the chunk the training cut falls in, which is a shorter copy
     assert len(reused) >= len([n for n in finished if n in kept]) - 1 >= 1
+
+
+def _left_behind(marker: str, patience: float = 10.0) -> list[int]:
+    """The pids whose command line holds ``marker`` still alive after ``patience`` seconds."""
+    deadline = time.monotonic() + patience
+    while True:
+        alive = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            with contextlib.suppress(OSError):
+                if marker in cmdline.read_bytes().decode(errors="replace"):
+                    alive.append(int(cmdline.parent.name))
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
 
 
 def _fake_slurm(bin_dir: Path, log: Path) -> None:
