@@ -39,6 +39,9 @@ class Display:
     """Which of its keys W&B charts as scalars (the rest go to its detail table)."""
     table: Table | None = None
     """Its summary table (None: its headline keys, ``keys.generic_headline``)."""
+    metrics: tuple[keys.Metric, ...] = ()
+    """Its own metric names, with which way is better and how they aggregate (the core
+    declares the UTF-8 and MCQA ones in ``keys.METRICS``)."""
     derived: Callable[[dict[str, float]], dict[str, float]] | None = None
     """Keys computed from a record's metrics that are shown (charted, tabled) but not
     recorded, e.g. means over a group of tasks."""
@@ -51,7 +54,13 @@ DECLARED: dict[str, Display] = {}
 
 
 def declare(name: str, display: Display) -> None:
-    """Probe ``name`` shows its keys as ``display`` (called when the probe registers)."""
+    """Probe ``name`` shows its keys as ``display`` (called when the probe registers); its
+    metrics join ``keys.METRICS``, where a name may mean one thing only."""
+    for m in display.metrics:
+        if keys.METRICS.setdefault(m.name, m) != m:
+            raise ValueError(
+                f"probe {name!r}: metric {m.name!r} is already declared as {keys.METRICS[m.name]}"
+            )
     DECLARED[name] = display
 
 

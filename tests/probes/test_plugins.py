@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from bytecanary import display, tracking
+from bytecanary import display, keys, tracking
 from bytecanary.cli import main
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes import registry
@@ -54,7 +54,8 @@ TOY = '''
 # the same probe, declaring how its keys are shown (bytecanary.display)
 DECLARING = TOY.replace(
     "import torch\n",
-    "import torch\n\n    from bytecanary.display import Display, Table\n",
+    "import torch\n\n    from bytecanary.display import Display, Table\n"
+    "    from bytecanary.keys import Metric\n",
 ).replace(
     '''"""The mean log-probability of one sentence per language."""''',
     '''"""The mean log-probability of one sentence per language."""
@@ -62,6 +63,7 @@ DECLARING = TOY.replace(
         display = Display(
             fields=("language",),
             headline=lambda k: k.fields == ("ja",),
+            metrics=(Metric("logprob", True, "mean"),),
             table=Table(
                 "Toy log-probability", (("mean lp", "probe/toy/all/logprob"),), "probe/toy/{}/logprob".format
             ),
@@ -87,6 +89,7 @@ def _installed(folder, monkeypatch, source: str):
     yield
     registry.PROBES.pop("toy", None)
     display.DECLARED.pop("toy", None)
+    keys.METRICS.pop("logprob", None)
     sys.modules.pop("toyprobe", None)
     registry._load_plugins.cache_clear()
 
@@ -183,6 +186,7 @@ def test_a_probe_that_declares_its_display_is_shown_as_it_declares(declaring_plu
     write_jsonl(run / "probes.jsonl", rows)
     registry.load_probes()
     assert tracking.detail_columns("toy") == ("language",)
+    assert keys.higher_is_better("probe/toy/ja/logprob") is True
     assert tracking.is_headline("probe/toy/ja/logprob") and not tracking.is_headline("probe/toy/all/logprob")
     printed = summary(run / "probes.jsonl").splitlines()
     at = printed.index("Toy log-probability")
@@ -191,7 +195,11 @@ def test_a_probe_that_declares_its_display_is_shown_as_it_declares(declaring_plu
     assert last[-3:] == ["-1.000", f"{scores[TOKENS[-1]]['en']:.3f}", f"{scores[TOKENS[-1]]['ja']:.3f}"]
     assert main(["report", str(run), "--wandb=false"]) == 0
     md = (run / "report" / "report.md").read_text()
-    assert "toy per checkpoint" in md and "mean lp" in md
+    assert "toy per checkpoint" in md and "mean lp ↑" in md
+    defined = {}
+    view = SimpleNamespace(define_metric=lambda key, **kwargs: defined.setdefault(key, kwargs))
+    tracking.WandbView().payload(view, {"probe/toy/ja/logprob": -1.0, "tokens_seen": 5, "step": 5}, 5)
+    assert defined["probe/toy/ja/logprob"] == {"step_metric": "tokens_seen", "summary": "max"}
 
 
 def test_a_plugin_that_does_not_import_is_named_by_the_unknown_name_error(tmp_path, monkeypatch):
