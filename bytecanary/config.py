@@ -56,6 +56,7 @@ def read_yaml(path: str | Path) -> Any:
 _PARSER_KEY = re.compile(r'Parser key "([^"]+)":\s*(.*)', re.S)
 _EXPECTED = re.compile(r"Expected a (.+?)(?:\. Got value:.*)?$", re.M)
 _GIVEN = re.compile(r"(?:Got|Given) value: (.*)$", re.M)
+_OWN_WORDS = re.compile(r"Not of type \w+: (.*)", re.S)  # a registered type's own message
 
 
 def _type_name(hint: str) -> str:
@@ -74,6 +75,9 @@ def parse_error(message: str) -> str:
     if m is None:  # unrecognized arguments, a bad config file, ...
         return " ".join(message.split())
     key, rest = m.groups()
+    own = _OWN_WORDS.match(rest)
+    if own is not None:  # it names its own field (``bytecanary.probes.specs.ProbeSpec``)
+        return " ".join(own.group(1).split())
     expected, given = _EXPECTED.findall(rest), _GIVEN.search(rest)
     if not expected or given is None:
         return f"{key}: {' '.join(rest.split())}"

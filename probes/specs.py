@@ -14,6 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from jsonargparse.typing import register_type
+
 from bytecanary.config import typed
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes.cadence import Cadence
@@ -55,6 +57,33 @@ def validate_specs(
     every default filled in; a bad one raises ``BytecanaryError`` naming ``source`` (a YAML
     path, when given), the probe and the parameter."""
     return [_validate(spec, _where(source)) for spec in specs]
+
+
+class ProbeSpec:
+    """One entry of a ``probes:`` list, checked against the ``Config`` its ``name`` picks: the
+    type of training's ``--probes`` (registered with jsonargparse), so a bad field is an error
+    of the parser that reads the rest of the config, in the words ``bytecanary probe`` uses."""
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.spec = dict(spec)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProbeSpec) and other.spec == self.spec
+
+    def __repr__(self) -> str:
+        return f"ProbeSpec({self.spec!r})"
+
+
+def _read_spec(value: Any) -> ProbeSpec:
+    """A spec checked as ``validate_specs`` checks it; the error is jsonargparse's ValueError."""
+    try:
+        validate_specs([value])
+    except BytecanaryError as err:
+        raise ValueError(str(err)) from None
+    return ProbeSpec(value)
+
+
+register_type(ProbeSpec, serializer=lambda s: s.spec, deserializer=_read_spec)
 
 
 def build_probes(specs: Sequence[Mapping[str, Any] | Probe], source: str | Path | None = None) -> list[Probe]:

@@ -78,3 +78,22 @@ def test_wrong_probe_parameter_is_one_line_before_training(tmp_path, capsys, ent
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert str(bad) in err and expected in err and entry["name"][:4] in err
     assert not (tmp_path / "runs").exists()  # nothing written, nothing trained
+
+
+def test_the_probes_list_is_typed_by_the_training_parser(tmp_path):
+    """``probes:`` entries are ``ProbeSpec``s, checked when the config is parsed (on the command
+    line too), and the resolved config keeps each entry as it was written."""
+    from bytecanary.errors import BytecanaryError
+    from bytecanary.probes.specs import ProbeSpec
+
+    tiny = str(ROOT / "configs" / "tiny.yaml")
+    cli = parse_only(["--config", tiny])
+    assert all(isinstance(p, ProbeSpec) for p in cli.config["probes"])
+    dumped = yaml.safe_load(cli.parser.dump(cli.config))["probes"]
+    assert dumped == yaml.safe_load(Path(tiny).read_text())["probes"]
+    with pytest.raises(BytecanaryError) as caught:
+        parse_only(["--config", tiny, "--probes=[{name: level1, per_langauge: 3}]"])
+    assert (
+        str(caught.value)
+        == "--probes: probes: level1: per_langauge: unknown key (did you mean 'per_language'?)"
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import pydoc
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from bytecanary.config import parse_error, read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_path, check_output, remove_stale_temps, write_json
 from bytecanary.probes.callback import ProbeCallback, live_probes_refused, sharded_strategies
+from bytecanary.probes.specs import ProbeSpec
 from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis, finish_wandb
 from bytecanary.train.checkpointing import (
     AtomicCheckpointIO,
@@ -100,17 +102,22 @@ class RunConfig:
 
 class BytecanaryCLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
-        """A bad value is one line naming the field, not jsonargparse's usage block."""
+        """A bad value is one line naming the field, not jsonargparse's usage block; a bad
+        probe spec names the config file it is in, as ``bytecanary probe`` does."""
         try:
             super().parse_arguments(parser, args)
         except ArgumentError as err:
-            raise BytecanaryError(parse_error(str(err))) from err
+            message = parse_error(str(err))
+            if message.startswith("probes: "):
+                message = f"{probes_source(args)}: {message}"
+            raise BytecanaryError(message) from err
+        self._argv = args
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_class_arguments(RunConfig, "run")
         parser.add_argument(
             "--probes",
-            type=list[dict[str, Any]],
+            type=list[ProbeSpec],
             default=[],
             help="probes fired at checkpoints, e.g. [{name: level0, trial: true, cadence: {every: 2}}]",
         )
@@ -135,25 +142,16 @@ class BytecanaryCLI(LightningCLI):
             if run.probe_every_tokens:
                 refuse_sharded_live_probes(self.config["trainer"]["strategy"])
             self.probe_callback = ProbeCallback(
-                self.config["probes"],
+                [entry.spec for entry in self.config["probes"]],
                 run.probe_every_tokens,
                 run.probe_strict,
-                source=self._probes_source(),
+                source=probes_source(self._argv),
                 dtype=run.probe_dtype,
             )
             data_dir = Path(self.config["data"]["data_dir"])
             if (data_dir / "tokenizer").is_dir():  # else the data module says what is missing
                 self.probe_callback.prepare(data_dir / "tokenizer", data_dir)
         check_output(run.dir, folder=True)  # last: a bad config above leaves no run folder behind
-
-    def _probes_source(self) -> str:
-        """The last ``--config`` file that sets ``probes`` (later files win), else the flag."""
-        files = [str(p) for p in self.config.get("config") or []]
-        for path in reversed(files):
-            doc = read_yaml(path)
-            if isinstance(doc, dict) and "probes" in doc:
-                return path
-        return "--probes"
 
     def run_config(self) -> RunConfig:
         return RunConfig(**vars(self.config["run"]))
@@ -186,6 +184,27 @@ class BytecanaryCLI(LightningCLI):
             plugins=[AtomicCheckpointIO()],
         )
         return super().instantiate_trainer(**kwargs)
+
+
+def probes_source(args: list[str] | None) -> str:
+    """Where the ``probes`` list of a training command line comes from: the last ``--config``
+    file that sets it or a later ``--probes`` flag (later ones win)."""
+    argv = sys.argv[1:] if args is None else list(args)
+    source = "--probes"
+    for flag, value in zip(argv, [*argv[1:], ""], strict=True):
+        inline = flag.removeprefix("--config=")
+        if flag == "--probes" or flag.startswith("--probes="):
+            source = "--probes"
+        elif flag == "--config" and _sets_probes(value):
+            source = value
+        elif inline != flag and _sets_probes(inline):
+            source = inline
+    return source
+
+
+def _sets_probes(path: str) -> bool:
+    doc = read_yaml(path)
+    return isinstance(doc, dict) and "probes" in doc
 
 
 def strategy_class(spec: Any) -> type | None:
