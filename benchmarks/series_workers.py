@@ -76,7 +76,7 @@ def main() -> None:
         "1 process x 1 thread": [[sys.executable, *probe]],
         "torchrun 2 processes x 1 thread": [[torchrun, "--nproc-per-node", "2", *probe]],
         "2 independent workers x 1 thread": [
-            [sys.executable, *probe, "--worker.name", f"w{i}"] for i in (0, 1)
+            [sys.executable, *probe, "--workers.name", f"w{i}"] for i in (0, 1)
         ],
     }
     walls = {name: launch_seconds(c, work / f"{i}.jsonl") for i, (name, c) in enumerate(sides.items())}

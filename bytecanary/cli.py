@@ -117,7 +117,8 @@ class ProbeOptions:
     """Which probes run on which checkpoints, and where their results go.
 
     Attributes:
-        probes: comma-separated names (unset: level0,level1, or every probe of --config)
+        probes: comma-separated names (unset: every probe of --config, else those that run by
+            default: level0,level1)
         config: YAML with a probes: list of {name, parameters}, e.g. the run's configs/tiny.yaml
         trial: trial sets (M per language) instead of full
         eval_sets: an eval-set file per probe name, for the probes that read eval sets, e.g.
@@ -134,7 +135,7 @@ class ProbeOptions:
         wandb: log to W&B (offline without a key); false: the records file only
         wandb_project: W&B project
         series: how a watched run is followed
-        worker: several workers on one --out
+        workers: several workers on one --out
     """
 
     probes: str | None = None
@@ -150,7 +151,7 @@ class ProbeOptions:
     wandb: bool = True
     wandb_project: str = DEFAULT_PROJECT
     series: ProbeSeries = field(default_factory=ProbeSeries)
-    worker: ProbeWorker = field(default_factory=ProbeWorker)
+    workers: ProbeWorker = field(default_factory=ProbeWorker)
 
 
 def _set_threads(threads: int | None) -> None:
@@ -187,7 +188,7 @@ def probe(paths: list[str], *, options: ProbeOptions) -> int:
     load_probes()
     _set_threads(options.threads)
     names = [p.strip() for p in options.probes.split(",") if p.strip()] if options.probes else None
-    lease = options.worker.lease
+    lease = options.workers.lease
     job = Job(
         out=options.out,
         trial=options.trial,
@@ -199,7 +200,7 @@ def probe(paths: list[str], *, options: ProbeOptions) -> int:
         revisions=[r for r in (options.revision or "").split(",") if r] or None,
         device=options.device,
         dtype=options.dtype,
-        worker=options.worker.name,
+        worker=options.workers.name,
         source=options.config,
         **({"lease": lease} if lease is not None else {}),
     )
@@ -265,8 +266,8 @@ def _parse(argv: list[str]) -> tuple[Callable[..., int], dict[str, Any]]:
     """The subcommand ``argv`` names and its keyword arguments; old spellings noted on stderr."""
     command = COMMANDS.get(argv[0]) if argv else None
     if command is None:  # --help, no command or an unknown one: the top parser answers
-        build_parser().parse_args(argv)
-        raise BytecanaryError(f"give a command: {', '.join(COMMANDS)}")
+        build_parser().parse_args(argv)  # exits on --help, else refuses the argv
+        raise ArgumentError(None, f"give a command: {', '.join(COMMANDS)}")
     parser, flags = command_parser(command)
     parser.prog = f"bytecanary {argv[0]}"
     args, notes = modernize(argv[1:], flags)

@@ -3,8 +3,12 @@
 ``typed(Cls, data, where)`` reads plain data (from YAML) into nested dataclasses, rejecting
 unknown keys, wrong types and (through each class's ``__post_init__``) bad values with one
 line such as ``configs/data/x.yaml: tokenizer.vocab_size: expected int, got 'big'``. The
-data config, every probe spec and ``bytecanary probe``'s flags go through it; LightningCLI
-reads the training config with the same parser, and ``parse_error`` words all their errors.
+data config, every probe spec (training's ``probes:`` entries and ``bytecanary probe``'s
+alike) and cadence go through it. It takes YAML's scalars as they are: a quoted ``"2023"``
+stays a string, where jsonargparse would read it again as YAML (a number, ``"null"`` a
+null) and change what a stage hashes; types it does not know go to jsonargparse, which
+reads the training config (LightningCLI) and every subcommand's flags. ``parse_error``
+words jsonargparse's errors as one line.
 """
 
 from __future__ import annotations
@@ -101,6 +105,8 @@ def typed(cls: type[T], data: Any, where: str = "config") -> T:
 
 
 class _FieldError(Exception):
+    """What is wrong (``problem``) and where (``field``, a path such as ``sources[0].name``)."""
+
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
         self.field = field
@@ -108,23 +114,79 @@ class _FieldError(Exception):
 
 
 def _join(field: str, key: str | int) -> str:
+    """``field[2]`` for a list's item, ``field.key`` for a mapping's."""
     if isinstance(key, int):
         return f"{field}[{key}]"
     return f"{field}.{key}" if field else key
 
 
+def _name(hint: Any) -> str:
+    """A type as an error names it: ``int``, ``list``, ``mapping``, ``null``."""
+    origin = typing.get_origin(hint) or hint
+    names = {list: "list", tuple: "list", dict: "mapping", type(None): "null"}
+    return names.get(origin, getattr(origin, "__name__", str(origin)))
+
+
+def _scalar(hint: type, value: Any, field: str) -> Any:
+    """YAML's own scalars, taken as they are (a quoted ``"2023"`` stays a string, as the
+    data config hashes it); an int widens to a float, a bool is no number."""
+    if hint is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
+        return value
+    raise _FieldError(field, f"expected {hint.__name__}, got {value!r}")
+
+
+def _union(hint: Any, value: Any, field: str) -> Any:
+    """The first member ``value`` fits; else the one member's own error where it says more
+    than a type (an item of a list, a dataclass's checks), or what the members are."""
+    args = typing.get_args(hint)
+    if value is None and type(None) in args:
+        return None
+    members = [a for a in args if a is not type(None)]
+    errors = []
+    for member in members:
+        try:
+            return _value(member, value, field)
+        except _FieldError as err:
+            errors.append(err)
+    if len(errors) == 1 and (errors[0].field != field or dataclasses.is_dataclass(members[0])):
+        raise errors[0]
+    names = " or ".join(dict.fromkeys(_name(a) for a in args))
+    raise _FieldError(field, f"expected {names}, got {value!r}")
+
+
+def _sequence(hint: Any, value: Any, field: str) -> Any:
+    """A list (or a fixed or open tuple), item by item."""
+    if not isinstance(value, list | tuple):
+        raise _FieldError(field, f"expected a list, got {value!r}")
+    args = typing.get_args(hint)
+    fixed = typing.get_origin(hint) is tuple and args and args[-1] is not Ellipsis
+    if fixed and len(value) != len(args):
+        raise _FieldError(field, f"expected {len(args)} items, got {value!r}")
+    items = args if fixed else [args[0] if args else Any] * len(value)
+    out = [_value(item, v, _join(field, i)) for i, (item, v) in enumerate(zip(items, value, strict=True))]
+    return tuple(out) if typing.get_origin(hint) is tuple else out
+
+
+def _mapping(hint: Any, value: Any, field: str) -> dict:
+    """A mapping, key by key."""
+    if not isinstance(value, Mapping):
+        raise _FieldError(field, f"expected a mapping, got {value!r}")
+    key_hint, value_hint = typing.get_args(hint) or (Any, Any)
+    return {_value(key_hint, k, field): _value(value_hint, v, _join(field, str(k))) for k, v in value.items()}
+
+
 @functools.cache
 def _leaf_parser(hint: Any) -> ArgumentParser:
+    """A parser of one value of ``hint``, built once per type."""
     parser = ArgumentParser(exit_on_error=False)
     parser.add_argument("--value", type=hint)
     return parser
 
 
 def _leaf(hint: Any, value: Any, field: str) -> Any:
-    """A value of a type without dataclasses in it, checked and converted by jsonargparse
-    (which would take a null for any type)."""
-    if value is None and hint is not Any and type(None) not in typing.get_args(hint):
-        raise _FieldError(field, f"expected {getattr(hint, '__name__', hint)}, got None")
+    """A value of a type the walk does not know (a ``Path``, a class), read by jsonargparse."""
     try:
         return _leaf_parser(hint).parse_object({"value": value}).value
     except ArgumentError as err:
@@ -132,23 +194,33 @@ def _leaf(hint: Any, value: Any, field: str) -> Any:
 
 
 def _value(hint: Any, value: Any, field: str) -> Any:
-    """``value`` as ``hint``: dataclasses (alone, optional or in a list) field by field, so an
-    error names the path down to the field; anything else through ``_leaf``."""
+    """``value`` as ``hint``, walked down to its scalars so that an error names the path
+    (``sources[0].synthetic.megabytes``) and the value as written."""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
     if dataclasses.is_dataclass(hint):
         return _dataclass(hint, value, field)
-    args = typing.get_args(hint)
-    origin = typing.get_origin(hint)
-    inner = [a for a in args if a is not type(None)]
-    if origin in (typing.Union, types.UnionType) and len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
-        return None if value is None else _dataclass(inner[0], value, field)
-    if origin is list and args and dataclasses.is_dataclass(args[0]):
-        if not isinstance(value, list):
-            raise _FieldError(field, f"expected a list, got {value!r}")
-        return [_dataclass(args[0], v, _join(field, i)) for i, v in enumerate(value)]
+    if origin in (typing.Union, types.UnionType):
+        return _union(hint, value, field)
+    if origin is typing.Literal:
+        if value in typing.get_args(hint) and not isinstance(value, bool):
+            return value
+        raise _FieldError(
+            field, f"expected one of {', '.join(map(repr, typing.get_args(hint)))}, got {value!r}"
+        )
+    if origin in (list, tuple):
+        return _sequence(hint, value, field)
+    if origin is dict:
+        return _mapping(hint, value, field)
+    if hint in (int, float, str, bool):
+        return _scalar(hint, value, field)
     return _leaf(hint, value, field)
 
 
 def _dataclass(cls: Any, value: Any, field: str) -> Any:
+    """``cls`` from a mapping of its fields: unknown and missing keys named, then the class's
+    own checks (``__post_init__``)."""
     if isinstance(value, cls):
         return value
     if not isinstance(value, Mapping):

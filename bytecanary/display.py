@@ -8,6 +8,9 @@ one ``group`` field, its aggregate keys charted and tabled.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib.metadata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -51,6 +54,17 @@ class Display:
 
 GENERIC = Display(own=False)
 DECLARED: dict[str, Display] = {}
+ENTRY_POINTS = "bytecanary.probes"  # the entry-point group naming every installed probe's module
+
+
+@functools.cache
+def _discovered() -> None:
+    """Import every probe module the entry points name, once, so that each declares its
+    display even where nothing imported the probes (a report read as a library). A module
+    that fails to import is left out here; naming it is the probe registry's job."""
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        with contextlib.suppress(Exception):
+            entry.load()
 
 
 def declare(name: str, display: Display) -> None:
@@ -66,6 +80,8 @@ def declare(name: str, display: Display) -> None:
 
 def display_of(probe: str) -> Display:
     """What ``probe`` declared, else the generic display."""
+    if probe not in DECLARED:
+        _discovered()
     return DECLARED.get(probe, GENERIC)
 
 

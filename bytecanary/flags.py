@@ -11,16 +11,17 @@ from collections.abc import Callable
 from typing import Any
 
 from docstring_parser import parse as parse_docstring
-from jsonargparse import ArgumentParser
+from jsonargparse import ArgumentParser, Namespace
 
-# the previous release's spellings -> today's (beyond dashes for underscores, and a bare
-# switch for `=true`); they keep working, with a note, until the next release
+# the previous release's spellings -> today's (beyond dashes for underscores, and its bare
+# SWITCHES for `=true`); they keep working, with a note, until the next release
+SWITCHES = ("trial", "verify", "force")
 RENAMED = {
     "no-wandb": "wandb=false",
     "interval": "series.interval",
     "idle-limit": "series.idle_limit",
-    "worker": "worker.name",
-    "lease": "worker.lease",
+    "worker": "workers.name",
+    "lease": "workers.lease",
 }
 _EVAL_SET = re.compile(r"([a-z0-9_]+)-set")
 
@@ -73,17 +74,31 @@ def _known(flag: str, flags: dict[str, Any]) -> bool:
     return flag in flags or (group in flags and typing.get_origin(flags[group]) is dict)
 
 
+def _today(name: str) -> str:
+    """The flag a previous release's ``name`` became."""
+    if name in RENAMED:
+        return RENAMED[name]
+    found = _EVAL_SET.fullmatch(name)
+    if found is not None:
+        return f"eval_sets.{found.group(1)}"
+    return name.replace("-", "_")
+
+
 def modernize(argv: list[str], flags: dict[str, Any]) -> tuple[list[str], list[str]]:
     """``argv`` with the previous release's flag spellings (``--level0-set F``, ``--no-wandb``,
-    ``--idle-limit 60``, a bare ``--trial``) in today's, and a note for each one changed."""
+    ``--idle-limit 60``, a bare ``--trial``) in today's, and a note for each one changed;
+    nothing after ``--``."""
     out: list[str] = []
     notes: list[str] = []
     for i, token in enumerate(argv):
+        if token == "--":
+            return out + argv[i:], notes
         name, eq, value = token[2:].partition("=")
-        found = _EVAL_SET.fullmatch(name)
-        new = RENAMED.get(name) or (f"eval_sets.{found.group(1)}" if found else name.replace("-", "_"))
-        switch = flags.get(new) is bool and not eq and argv[i + 1 : i + 2] not in (["true"], ["false"])
-        new += "=true" if switch else f"={value}" if eq else ""
+        new = _today(name)
+        if eq:
+            new += f"={value}"
+        elif name in SWITCHES and argv[i + 1 : i + 2] not in (["true"], ["false"]):
+            new += "=true"
         if not token.startswith("--") or f"--{new}" == token or not _known(new.split("=")[0], flags):
             out.append(token)  # today's spelling, or not a flag at all: jsonargparse judges it
             continue
@@ -92,7 +107,7 @@ def modernize(argv: list[str], flags: dict[str, Any]) -> tuple[list[str], list[s
     return out, notes
 
 
-def arguments(func: Callable[..., int], parser: ArgumentParser, values: Any) -> dict[str, Any]:
+def arguments(func: Callable[..., int], parser: ArgumentParser, values: Namespace) -> dict[str, Any]:
     """``func``'s keyword arguments from the parsed flags: a dataclass parameter gathers its fields."""
     hints = typing.get_type_hints(func)
     built = parser.instantiate(values)

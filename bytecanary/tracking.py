@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from bytecanary import keys, records
 from bytecanary.config import read_yaml
-from bytecanary.display import DECLARED, display_of
+from bytecanary.display import display_of
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_json, write_json
 from bytecanary.records import Identity, Record
@@ -63,7 +63,8 @@ def is_headline(key: str) -> bool:
 def headline_view(metrics: dict[str, float]) -> dict[str, float]:
     """The headline scalars of one logged dict: its headline keys, plus those the probes
     derive for display (``bytecanary.display``; MCQA's means over each task group)."""
-    derived = {k: v for d in DECLARED.values() if d.derived for k, v in d.derived(metrics).items()}
+    probes = sorted({p for k in metrics if (p := keys.probe_of(k)) is not None})
+    derived = {k: v for p in probes if (d := display_of(p).derived) for k, v in d(metrics).items()}
     return {k: v for k, v in {**metrics, **derived}.items() if is_headline(k)}
 
 

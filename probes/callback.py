@@ -39,7 +39,7 @@ from bytecanary.probes.inputs import Inputs
 from bytecanary.probes.numerics import probe_dtype
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import Probe
-from bytecanary.probes.specs import build_probes
+from bytecanary.probes.specs import ProbeSpec, build_probes
 from bytecanary.probes.targets import Loaded, Loader, Target, in_folder
 from bytecanary.records import Context, Record
 
@@ -63,7 +63,7 @@ def live_probes_refused(strategy: str) -> str:
 class ProbeCallback(Checkpoint):
     def __init__(
         self,
-        probes: list[dict[str, Any] | Probe],
+        probes: list[ProbeSpec | dict[str, Any] | Probe],
         every_tokens: int | None = None,
         strict: bool = False,
         out: str | Path | None = None,
@@ -72,7 +72,8 @@ class ProbeCallback(Checkpoint):
     ) -> None:
         """
         Args:
-            probes: ``[{name: level0, trial: true}, ...]``, as in the YAML ``probes`` section.
+            probes: ``[{name: level0, trial: true}, ...]``, as in the YAML ``probes`` section
+                (``ProbeSpec``s, as training's parser reads them, or plain mappings).
             every_tokens: also fire every this many training tokens (None: checkpoints only).
             strict: a failing probe stops training.
             out: records file (default: ``probes.jsonl`` beside the checkpoints folder).
@@ -80,7 +81,7 @@ class ProbeCallback(Checkpoint):
             dtype: what the probe model computes in: auto (bfloat16 on CUDA, else float32),
                 float32 or bfloat16, as ``bytecanary probe --dtype``.
         """
-        self.probes = build_probes(probes, source)
+        self.probes = build_probes([p.spec if isinstance(p, ProbeSpec) else p for p in probes], source)
         self.every_tokens, self.strict, self.out, self.source = every_tokens, strict, out, source
         self.dtype = dtype
         self.pipeline: Pipeline | None = None

@@ -10,7 +10,7 @@ killed worker restarted under the same name goes on where it stopped.
 
 A claim line names its worker's process (host, pid) and lease. A line that does not parse is
 skipped with a warning; an expiry further ahead than its lease allows (a hand edit, a clock far
-off) counts as run out, with a warning. Two live processes under one ``--worker.name`` share the
+off) counts as run out, with a warning. Two live processes under one ``--workers.name`` share the
 work as two workers, with a warning: a process takes back at once only the claims of its own
 process, or of a namesake on its host that no longer exists (a restart); a namesake elsewhere is
 waited out like any worker.
@@ -154,7 +154,7 @@ class Claims:
             (holder.host, holder.pid),
             f"worker name {self.worker!r} is also used by pid {holder.pid} on {holder.host}, which "
             "holds live claims: the two processes share the work as two workers "
-            "(give each its own --worker.name)",
+            "(give each its own --workers.name)",
         )
         return False
 

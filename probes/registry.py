@@ -20,8 +20,9 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bytecanary.display import Display, declare
+from bytecanary.display import ENTRY_POINTS, Display, declare
 from bytecanary.errors import BytecanaryError
+from bytecanary.io import warn
 from bytecanary.probes.cadence import Cadence
 from bytecanary.records import Context
 
@@ -153,7 +154,8 @@ def load_probes() -> None:
     before records are shown (``bytecanary report``, the summary)."""
     import bytecanary.probes  # noqa: F401  (importing the package registers every probe)
 
-    _load_plugins()
+    for failure in _load_plugins():
+        warn(f"probe plugin not loaded: {failure}")
 
 
 def register_probe(name: str):
@@ -164,16 +166,13 @@ def register_probe(name: str):
             raise TypeError(f"{cls.__name__} must subclass bytecanary.probes.registry.Probe")
         if name in PROBES:
             raise ValueError(f"probe {name!r} is already registered by {PROBES[name].__name__}")
+        if cls.display is not None:  # first: a display that conflicts registers nothing
+            declare(name, cls.display)
         cls.name = name
         PROBES[name] = cls
-        if cls.display is not None:
-            declare(name, cls.display)
         return cls
 
     return wrap
-
-
-ENTRY_POINTS = "bytecanary.probes"  # the entry-point group of other packages' probes
 
 
 def probe_class(name: str) -> type[Probe]:

@@ -318,7 +318,7 @@ class Job:
         bounds = [
             ("--series.interval", self.interval, MAX_SECONDS),
             ("--series.idle_limit", self.idle_limit, MAX_SECONDS),
-            ("--worker.lease", self.lease, MAX_LEASE),
+            ("--workers.lease", self.lease, MAX_LEASE),
         ]
         for flag, value, most in bounds:
             if not 0 < value <= most:

@@ -40,7 +40,7 @@ def test_probe_help_lists_the_flags_with_their_docstring_help(capsys):
         "--series.interval",
         "--revision",
     ]
-    names += ["--device", "--worker.name", "--worker.lease", "PATHS"]
+    names += ["--device", "--workers.name", "--workers.lease", "PATHS"]
     assert all(flag in out for flag in names), [f for f in names if f not in out]
     assert "probe each checkpoint of this run folder (or its checkpoints/)" in out  # the docstring
     assert "default: probes.jsonl" in out and "default: 30.0" in out  # from the signature
@@ -102,7 +102,7 @@ def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
         (["--wandb-project=p"], ["--wandb_project=p"]),
         (["--idle-limit", "5"], ["--series.idle_limit", "5"]),
         (["--interval=2"], ["--series.interval=2"]),
-        (["--worker", "w1", "--lease", "60"], ["--worker.name", "w1", "--worker.lease", "60"]),
+        (["--worker", "w1", "--lease", "60"], ["--workers.name", "w1", "--workers.lease", "60"]),
     ],
 )
 def test_the_previous_releases_spellings_still_work_with_a_note(old, new, capsys):

@@ -28,8 +28,7 @@ from bytecanary.checkpoints import FINISHED, probe_checkpoints, training_states
 from bytecanary.config import parse_error, read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_path, check_output, remove_stale_temps, write_json
-from bytecanary.probes.callback import ProbeCallback, live_probes_refused, sharded_strategies
-from bytecanary.probes.specs import ProbeSpec
+from bytecanary.probes.callback import ProbeCallback, ProbeSpec, live_probes_refused, sharded_strategies
 from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis, finish_wandb
 from bytecanary.train.checkpointing import (
     AtomicCheckpointIO,
@@ -142,7 +141,7 @@ class BytecanaryCLI(LightningCLI):
             if run.probe_every_tokens:
                 refuse_sharded_live_probes(self.config["trainer"]["strategy"])
             self.probe_callback = ProbeCallback(
-                [entry.spec for entry in self.config["probes"]],
+                self.config["probes"],
                 run.probe_every_tokens,
                 run.probe_strict,
                 source=probes_source(self._argv),

@@ -42,25 +42,33 @@ TASKS = "tasks"
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+# looked up here, not in a forked child, where loading a library can deadlock
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 _running_here: int | None = None  # the pid of a process running local tasks, while it does
 
 
 def _die_with_parent() -> None:
     """In a child forked while this process runs local tasks (datatrove's ``Manager`` server
     process): Linux kills it when its parent dies, so a SIGKILLed ``prepare`` (the OOM
-    killer's) leaves no process behind waiting forever."""
-    if _running_here is None or not sys.platform.startswith("linux"):
+    killer's) leaves no process behind waiting forever. The signal follows the thread that
+    forked, which is the one running the tasks; the child's own children are left alone."""
+    global _running_here
+    parent = _running_here
+    _running_here = None
+    if parent is None or _PRCTL is None:
         return
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != _running_here:  # the parent died before prctl took effect
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
 
 
-os.register_at_fork(after_in_child=_die_with_parent)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_die_with_parent)
 
 
 @contextlib.contextmanager
 def _children_die_with_this_process() -> Iterator[None]:
+    """While it lasts, a child forked here dies with this process (``_die_with_parent``)."""
     global _running_here
     _running_here = os.getpid()
     try:

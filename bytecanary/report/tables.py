@@ -15,7 +15,7 @@ from typing import Any
 from bytecanary import keys, settling
 from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
-from bytecanary.display import display_of
+from bytecanary.display import display_of, languages_in
 from bytecanary.report import analysis, figures, mcqa_trends, tier_gaps
 from bytecanary.report.analysis import Checkpoint, Convergence, Curve
 from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
@@ -363,10 +363,9 @@ def _other_tables(metrics: list[dict[str, Any]], cps: list[Checkpoint]) -> list[
     tables = []
     for probe in probes:
         declared = display_of(probe).table
-        columns = (
-            list(declared.columns)
-            if declared is not None
-            else [(keys.generic_label(k), k) for k in keys.generic_headline(probe, seen)]
-        )
+        columns = [(keys.generic_label(k), k) for k in keys.generic_headline(probe, seen)]
+        if declared is not None:
+            langs = languages_in(seen, probe) if declared.per_language else []
+            columns = [*declared.columns, *((lang, declared.per_language(lang)) for lang in langs)]
         tables.append(_checkpoint_table(f"probe_{probe}", f"{probe} per checkpoint", metrics, cps, columns))
     return tables

@@ -88,3 +88,30 @@ def test_non_utf8_config(tmp_path):
     path.write_bytes(BASE.encode() + b"# caf\xe9\n")
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_config(DataConfig, path)
+
+
+def test_quoted_scalars_stay_as_written_and_errors_name_the_item(tmp_path):
+    """A quoted ``"2023"`` or ``"null"`` is a string (what the corpus stage hashes and hands to
+    ``load_dataset``), and an item of a list or mapping is named down to its index or key."""
+    path = tmp_path / "ds.yaml"
+    source = (
+        "{language: en, dataset: {path: json, name: 'null', builder_kwargs: {data_dir: '2023', x: 'on'}}}"
+    )
+    path.write_text(BASE.replace("{language: en, synthetic: {megabytes: 1}}", source))
+    (dataset,) = [s.dataset for s in load_config(DataConfig, path).sources if s.dataset is not None]
+    assert dataset.builder_kwargs == {"data_dir": "2023", "x": "on"} and dataset.name == "null"
+    for edit, message in [
+        (
+            ("name: x", "name: x\neval: {snapshot_tokens: [1, many]}"),
+            "eval.snapshot_tokens[1]: expected int, got 'many'",
+        ),
+        (("en: 0.5,", "en: half,"), "mixture.en: expected float, got 'half'"),
+        (
+            ("megabytes: 1}}\n  - {language: ja", "megabytes: '1'}}\n  - {language: ja"),
+            "expected float, got '1'",
+        ),
+    ]:
+        path.write_text(BASE.replace(*edit))
+        with pytest.raises(ConfigError) as info:
+            load_config(DataConfig, path)
+        assert str(info.value).endswith(message), str(info.value)

@@ -96,10 +96,10 @@ def test_a_lease_out_of_bounds_is_one_line(tmp_path, capsys, lease):
             Claims(tmp_path / "p.jsonl", "a", lease=wrong)
     out = tmp_path / "p.jsonl"
     assert (
-        main(["probe", "x.safetensors", "--worker.lease", str(lease), "--wandb=false", "--out", str(out)])
+        main(["probe", "x.safetensors", "--workers.lease", str(lease), "--wandb=false", "--out", str(out)])
         == 2
     )
-    one_error(capsys.readouterr().err, "probe: --worker.lease must be more than 0 and at most 86400 seconds")
+    one_error(capsys.readouterr().err, "probe: --workers.lease must be more than 0 and at most 86400 seconds")
     assert not out.exists() and MAX_LEASE == 86_400
 
 
@@ -116,9 +116,9 @@ def test_a_waiting_worker_says_whom_for_and_until_when_then_takes_over(trained, 
         "--probes",
         "level0",
         "--trial=true",
-        "--worker.name",
+        "--workers.name",
         "a",
-        "--worker.lease",
+        "--workers.lease",
         "1",
     ]
     assert main([*args, "--wandb=false", "--out", str(out)]) == 0

@@ -60,7 +60,7 @@ def test_two_independent_workers_compute_each_pair_once(series, tmp_path):
     env = {**os.environ, **QUIET, "OMP_NUM_THREADS": "1"}
     procs = [
         subprocess.Popen(
-            command("probe", series, *PROBES, "--out", out, "--worker.name", name), cwd=ROOT, env=env
+            command("probe", series, *PROBES, "--out", out, "--workers.name", name), cwd=ROOT, env=env
         )
         for name in ("a", "b")
     ]
@@ -73,16 +73,16 @@ def test_a_killed_workers_pair_is_taken_over_once_its_claim_runs_out(series, tmp
     out, marker = tmp_path / "p.jsonl", tmp_path / "killed"
     config = tmp_path / "probes.yaml"
     config.write_text(f"probes:\n- {{name: level0, trial: true}}\n- {{name: sigkill, marker: '{marker}'}}\n")
-    args = ["probe", series, "--config", config, "--wandb=false", "--out", out, "--worker.lease", "2"]
-    killed = bytecanary(*args, "--worker.name", "a", prelude=KILLER)
+    args = ["probe", series, "--config", config, "--wandb=false", "--out", out, "--workers.lease", "2"]
+    killed = bytecanary(*args, "--workers.name", "a", prelude=KILLER)
     assert killed.returncode == -9 and marker.exists()  # mid-pair: sigkill at the 2nd checkpoint
     claimed = (out.parent / "p.jsonl.claims").read_text()
     assert '"worker": "a"' in claimed
-    other = bytecanary(*args, "--worker.name", "b", prelude=KILLER)  # waits out a's claim, then takes it
+    other = bytecanary(*args, "--workers.name", "b", prelude=KILLER)  # waits out a's claim, then takes it
     assert other.returncode == 0, other.stderr[-2000:]
     rows = _once_and_complete(out, 6, 2)
     assert {r.worker for r in rows} == {"a", "b"}
-    again = bytecanary(*args, "--worker.name", "a", prelude=KILLER)  # restarted: nothing left
+    again = bytecanary(*args, "--workers.name", "a", prelude=KILLER)  # restarted: nothing left
     assert again.returncode == 0 and len(read_records(out)) == len(rows)
 
 

@@ -3,6 +3,7 @@ name it under the ``bytecanary.probes`` entry points), with no declarations: ``b
 finds it, and its records, the summary, the W&B payload and the report all show it."""
 
 import json
+import subprocess
 import sys
 import textwrap
 from contextlib import contextmanager
@@ -195,7 +196,7 @@ def test_a_probe_that_declares_its_display_is_shown_as_it_declares(declaring_plu
     assert last[-3:] == ["-1.000", f"{scores[TOKENS[-1]]['en']:.3f}", f"{scores[TOKENS[-1]]['ja']:.3f}"]
     assert main(["report", str(run), "--wandb=false"]) == 0
     md = (run / "report" / "report.md").read_text()
-    assert "toy per checkpoint" in md and "mean lp ↑" in md
+    assert "toy per checkpoint" in md and "mean lp ↑" in md and "| ja ↑ |" in md
     defined = {}
     view = SimpleNamespace(define_metric=lambda key, **kwargs: defined.setdefault(key, kwargs))
     tracking.WandbView().payload(view, {"probe/toy/ja/logprob": -1.0, "tokens_seen": 5, "step": 5}, 5)
@@ -220,3 +221,19 @@ def test_a_plugin_that_does_not_import_is_named_by_the_unknown_name_error(tmp_pa
         "ModuleNotFoundError: No module named 'no_such_module_here'"
     )
     assert "\n" not in str(err.value)
+
+
+def test_the_core_finds_each_probes_display_without_importing_the_probes():
+    """A report or summary read as a library, with no probe imported: the entry points name
+    every probe's module, so the displays the report reads are the declared ones."""
+    code = (
+        "import sys\n"
+        "from bytecanary import display, tracking\n"
+        "assert 'bytecanary.probes' not in sys.modules\n"
+        "assert display.display_of('level0').fields == ('language', 'tier', 'k')\n"
+        "assert display.language_of('probe/level0/ja/rare/partial') == 'ja'\n"
+        "assert tracking.is_headline('probe/level1/ja/term_match')\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout == "ok\n", done.stderr[-2000:]
