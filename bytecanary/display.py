@@ -8,7 +8,6 @@ one ``group`` field, its aggregate keys charted and tabled.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.metadata
 from collections.abc import Callable, Iterable
@@ -58,30 +57,35 @@ ENTRY_POINTS = "bytecanary.probes"  # the entry-point group naming every install
 
 
 @functools.cache
-def _discovered() -> None:
-    """Import every probe module the entry points name, once, so that each declares its
-    display even where nothing imported the probes (a report read as a library). A module
-    that fails to import is left out here; naming it is the probe registry's job."""
+def discover() -> tuple[str, ...]:
+    """Import every probe module the entry points name, once, so that each registers and
+    declares its display even where nothing imported the probes (a report read as a
+    library); what failed to import, one ``name (module): error`` each."""
+    failed = []
     for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
-        with contextlib.suppress(Exception):
+        try:
             entry.load()
+        except Exception as err:  # a broken plugin: named by whoever needs it, not fatal here
+            failed.append(f"{entry.name} ({entry.value}): {type(err).__name__}: {err}")
+    return tuple(failed)
 
 
 def declare(name: str, display: Display) -> None:
     """Probe ``name`` shows its keys as ``display`` (called when the probe registers); its
     metrics join ``keys.METRICS``, where a name may mean one thing only."""
-    for m in display.metrics:
-        if keys.METRICS.setdefault(m.name, m) != m:
+    for m in display.metrics:  # all checked before any is added
+        if keys.METRICS.get(m.name, m) != m:
             raise ValueError(
                 f"probe {name!r}: metric {m.name!r} is already declared as {keys.METRICS[m.name]}"
             )
+    keys.METRICS.update({m.name: m for m in display.metrics})
     DECLARED[name] = display
 
 
 def display_of(probe: str) -> Display:
     """What ``probe`` declared, else the generic display."""
     if probe not in DECLARED:
-        _discovered()
+        discover()
     return DECLARED.get(probe, GENERIC)
 
 
@@ -103,3 +107,13 @@ def language_of(key: str) -> str | None:
 def languages_in(names: Iterable[str], probe: str) -> list[str]:
     """The languages (not ``all``) that ``probe``'s keys among ``names`` name, sorted."""
     return sorted({lang for k in names if keys.probe_of(k) == probe and (lang := language_of(k))} - {"all"})
+
+
+def columns(probe: str, names: Iterable[str]) -> tuple[str, list[tuple[str, str]]]:
+    """The title and ``(label, key)`` columns of ``probe``'s table over the keys ``names``:
+    its declared table with a column per language, else its headline keys."""
+    table = display_of(probe).table
+    if table is None:
+        return probe, [(keys.generic_label(k), k) for k in keys.generic_headline(probe, names)]
+    langs = languages_in(names, probe) if table.per_language is not None else []
+    return table.title, [*table.columns, *((lang, table.per_language(lang)) for lang in langs)]

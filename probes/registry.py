@@ -13,14 +13,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import functools
 import hashlib
-import importlib.metadata
 import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bytecanary.display import ENTRY_POINTS, Display, declare
+from bytecanary.display import Display, declare, discover
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import warn
 from bytecanary.probes.cadence import Cadence
@@ -136,25 +134,12 @@ class Probe:
         return self.aggregate(prepared, [self.compute(model, tokenizer, prepared)], context)
 
 
-@functools.cache
-def _load_plugins() -> tuple[str, ...]:
-    """Import every module under ``ENTRY_POINTS`` once (its ``@register_probe`` classes
-    register); what failed, one ``name (module): error`` each, for the unknown-name error."""
-    failed = []
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
-        try:
-            entry.load()
-        except Exception as err:
-            failed.append(f"{entry.name} ({entry.value}): {type(err).__name__}: {err}")
-    return tuple(failed)
-
-
 def load_probes() -> None:
     """Register every probe, bytecanary's and other packages', so their displays are declared
     before records are shown (``bytecanary report``, the summary)."""
     import bytecanary.probes  # noqa: F401  (importing the package registers every probe)
 
-    for failure in _load_plugins():
+    for failure in discover():
         warn(f"probe plugin not loaded: {failure}")
 
 
@@ -181,7 +166,7 @@ def probe_class(name: str) -> type[Probe]:
     first time a name is not found); unknown names suggest the nearest one."""
     import bytecanary.probes  # noqa: F401  (importing the package registers every probe)
 
-    failed = _load_plugins() if name not in PROBES else ()
+    failed = discover() if name not in PROBES else ()
     if name not in PROBES:
         near = difflib.get_close_matches(name, PROBES, n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""

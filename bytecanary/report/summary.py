@@ -48,17 +48,11 @@ def summary(out: Path) -> str:
     blocks = []
     for probe, records in by_probe.items():
         seen = {k for r in records.values() for k in r.metrics}
-        if (table := display.display_of(probe).table) is not None:
-            langs = display.languages_in(seen, probe) if table.per_language else []
-            cols = [key for _, key in table.columns] + [table.per_language(lang) for lang in langs]
-            title, names = table.title, [n for n, _ in table.columns] + langs
-        else:  # a probe without a table of its own: its headline keys
-            cols = keys.generic_headline(probe, seen)
-            title, names = probe, [keys.generic_label(k) for k in cols]
-        lines = [title, f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(f"{n:>11}" for n in names)]
+        title, cols = display.columns(probe, seen)
+        lines = [title, f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(f"{n:>11}" for n, _ in cols)]
         for r in _in_step_order(records):
             m = display.shown(probe, r.metrics)
-            lines.append(_row_head(r) + _cells([m.get(k) for k in cols]))
+            lines.append(_row_head(r) + _cells([m.get(k) for _, k in cols]))
         if probe == "mcqa" and len(records) > 1:
             lines.append(_mcqa_series_line(list(records.values())))
         if probe == "mcqa":

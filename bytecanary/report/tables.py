@@ -12,10 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from bytecanary import keys, settling
+from bytecanary import display, keys, settling
 from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
-from bytecanary.display import display_of, languages_in
 from bytecanary.report import analysis, figures, mcqa_trends, tier_gaps
 from bytecanary.report.analysis import Checkpoint, Convergence, Curve
 from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
@@ -360,12 +359,9 @@ def _other_tables(metrics: list[dict[str, Any]], cps: list[Checkpoint]) -> list[
     its headline keys (``keys.generic_headline``), per checkpoint."""
     seen = {k for c in cps for k in c.metrics}
     probes = sorted({p for k in seen if (p := keys.probe_of(k))} - set(ANALYSED))
-    tables = []
-    for probe in probes:
-        declared = display_of(probe).table
-        columns = [(keys.generic_label(k), k) for k in keys.generic_headline(probe, seen)]
-        if declared is not None:
-            langs = languages_in(seen, probe) if declared.per_language else []
-            columns = [*declared.columns, *((lang, declared.per_language(lang)) for lang in langs)]
-        tables.append(_checkpoint_table(f"probe_{probe}", f"{probe} per checkpoint", metrics, cps, columns))
-    return tables
+    return [
+        _checkpoint_table(
+            f"probe_{probe}", f"{probe} per checkpoint", metrics, cps, display.columns(probe, seen)[1]
+        )
+        for probe in probes
+    ]

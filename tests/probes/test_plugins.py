@@ -86,13 +86,13 @@ def _installed(folder, monkeypatch, source: str):
     )
     assert len([p for p in folder.rglob("*") if p.is_file()]) == 3
     monkeypatch.syspath_prepend(str(folder))
-    registry._load_plugins.cache_clear()
+    display.discover.cache_clear()
     yield
     registry.PROBES.pop("toy", None)
     display.DECLARED.pop("toy", None)
     keys.METRICS.pop("logprob", None)
     sys.modules.pop("toyprobe", None)
-    registry._load_plugins.cache_clear()
+    display.discover.cache_clear()
 
 
 @pytest.fixture
@@ -209,12 +209,12 @@ def test_a_plugin_that_does_not_import_is_named_by_the_unknown_name_error(tmp_pa
     (folder / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
     (folder / "entry_points.txt").write_text("[bytecanary.probes]\nbad = no_such_module_here\n")
     monkeypatch.syspath_prepend(str(tmp_path / "plugin"))
-    registry._load_plugins.cache_clear()
+    display.discover.cache_clear()
     try:
         with pytest.raises(BytecanaryError) as err:
             registry.probe_class("nope")
     finally:
-        registry._load_plugins.cache_clear()
+        display.discover.cache_clear()
     assert str(err.value).startswith("unknown probe 'nope'; known: level0, level1, mcqa")
     assert str(err.value).endswith(
         "; probe plugins that failed to load: bad (no_such_module_here): "
