@@ -50,6 +50,9 @@ class OptimConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     warmup_steps: int = 100
+    fused: bool = True
+    """One fused AdamW kernel over all parameters (torch runs it on CPU and CUDA alike, so the
+    CPU trains with the GPU's optimizer); false: torch's per-tensor foreach kernels."""
 
     def __post_init__(self) -> None:
         _check(self.lr > 0, "lr", "must be > 0", self.lr)

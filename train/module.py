@@ -181,13 +181,39 @@ class ByteLM(L.LightningModule):
             param_groups(self.model, self.optim.weight_decay),
             lr=self.optim.lr,
             betas=(self.optim.beta1, self.optim.beta2),
-            fused=self.device.type == "cuda",  # a few fused kernels per step instead of per-tensor ones
+            fused=self.optim.fused,
         )
         total = self.trainer.max_steps  # not estimated_stepping_batches (Lightning #20550)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lambda s: lr_lambda(s, self.optim.warmup_steps, total, self.optim.min_lr_ratio)
         )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip by total norm as torch does for every optimizer and strategy: Lightning 2.6's own
+        clipping refuses a fused AdamW under mixed precision, and norm clipping under FSDP."""
+        if gradient_clip_algorithm not in (None, "norm"):
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            return
+        if not gradient_clip_val:
+            return
+        scaler = getattr(self.trainer.precision_plugin, "scaler", None)  # 16-mixed only
+        if scaler is not None and getattr(optimizer, "_step_supports_amp_scaling", False):
+            # Lightning leaves a fused optimizer's gradients scaled for its step to unscale;
+            # unscaled here, the scaler's step passes found_inf and no scale to the optimizer
+            scaler.unscale_(optimizer)
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        wrapped = self.trainer.strategy.model
+        if isinstance(wrapped, FullyShardedDataParallel):  # each rank holds a shard of the gradients
+            wrapped.clip_grad_norm_(gradient_clip_val)
+        else:
+            torch.nn.utils.clip_grad_norm_(self.parameters(), gradient_clip_val)
 
     def checkpoint_info(self) -> dict[str, Any]:
         """What every checkpoint says about itself, in JSON types: the weights file stores it
