@@ -17,7 +17,6 @@ from pathlib import Path
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 import yaml
 
 from bytecanary.train.datamodule import ShardDataModule
@@ -84,6 +83,7 @@ def bare(cfg: dict, data_dir: str, steps: int, warmup: int, device: str, precisi
         param_groups(model, module.optim.weight_decay),
         lr=module.optim.lr,
         betas=(module.optim.beta1, module.optim.beta2),
+        fused=module.optim.fused,
     )
     total = warmup + steps
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -99,8 +99,7 @@ def bare(cfg: dict, data_dir: str, steps: int, warmup: int, device: str, precisi
             break
         ids = batch["input_ids"].to(device)
         with torch.autocast(device_type=device, dtype=dtype, enabled=dtype is not None):
-            logits = model(input_ids=ids[:, :-1]).logits
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+            loss = model(ids[:, :-1], ids[:, 1:]).mean()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

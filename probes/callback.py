@@ -192,8 +192,10 @@ class ProbeCallback(Checkpoint):
             return
         if isinstance(trainer.strategy, sharded_strategies()):  # the CLI refuses it before training
             raise BytecanaryError(live_probes_refused(type(trainer.strategy).__name__))
-        model = getattr(pl_module, "model", pl_module)
-        model = getattr(model, "_orig_mod", model)
+        # a module whose training model is no transformers one gives a view of its weights
+        hf_model = getattr(pl_module, "hf_model", None)
+        live = hf_model() if hf_model is not None else getattr(pl_module, "model", pl_module)
+        model = getattr(live, "_orig_mod", live)
         was_training = model.training
         model.eval()
         context = Context(None, trainer.global_step, getattr(pl_module, "tokens_seen", None))

@@ -43,14 +43,15 @@ def test_strategy_preset_composes_with_a_model_config(path):
     builds on this CPU (FSDP itself runs on GPUs only: benchmarks/gpu_check.py), and leaves
     the model config alone."""
     from lightning.pytorch.strategies import FSDPStrategy, ParallelStrategy
-    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    from bytecanary.train.gpt import Block
 
     cli = parse_only(["--config", str(ROOT / "configs" / "tiny.yaml"), "--config", str(path)])
     spec = cli.config["trainer"]["strategy"]
     strategy = pydoc.locate(spec.class_path)(**vars(spec.init_args))
     assert isinstance(strategy, ParallelStrategy)
     if isinstance(strategy, FSDPStrategy):
-        assert spec.init_args.auto_wrap_policy == {GPT2Block} and spec.init_args.state_dict_type == "full"
+        assert spec.init_args.auto_wrap_policy == {Block} and spec.init_args.state_dict_type == "full"
     assert cli.config["model"]["arch"]["n_layer"] == 4 and cli.config["trainer"]["precision"] == "32-true"
 
 

@@ -1,9 +1,6 @@
-"""The model and its optimiser: a standard HF ``GPT2LMHeadModel`` (arXiv:2606.14122 section 1).
-
-Every checkpoint is therefore a plain GPT-2 that ``AutoModelForCausalLM`` loads after
-``bytecanary export``. The 355M preset is GPT-2 medium's shape (24 layers, 16 heads,
-width 1024, context 1024) with the tokenizer's 8K vocabulary.
-"""
+"""The model's shape and its optimiser: GPT-2 (arXiv:2606.14122 section 1), whose every
+checkpoint is a plain ``GPT2LMHeadModel`` that ``AutoModelForCausalLM`` loads after ``bytecanary
+export``. The 355M preset is GPT-2 medium's shape with the tokenizer's 8K vocabulary."""
 
 from __future__ import annotations
 
@@ -11,7 +8,9 @@ import math
 from dataclasses import dataclass
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config
+
+from bytecanary.train.gpt import GPT
 
 
 @dataclass
@@ -88,8 +87,8 @@ def gpt2_config(arch: ArchConfig, vocab_size: int, eos_token_id: int | None = No
     )
 
 
-def build_model(arch: ArchConfig, vocab_size: int, eos_token_id: int | None = None) -> GPT2LMHeadModel:
-    return GPT2LMHeadModel(gpt2_config(arch, vocab_size, eos_token_id))
+def build_model(arch: ArchConfig, vocab_size: int, eos_token_id: int | None = None) -> GPT:
+    return GPT(gpt2_config(arch, vocab_size, eos_token_id))
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -18,10 +18,10 @@ from typing import Any
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 
 from bytecanary import keys
+from bytecanary.train.gpt import GPT
 from bytecanary.train.model import (
     ArchConfig,
     OptimConfig,
@@ -51,7 +51,7 @@ def weights_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 class ByteLM(L.LightningModule):
-    """GPT-2 (``transformers.GPT2LMHeadModel``) trained on byte-fallback token shards."""
+    """GPT-2 (``GPT``, ``GPT2LMHeadModel``'s weights) trained on byte-fallback token shards."""
 
     def __init__(
         self,
@@ -113,9 +113,7 @@ class ByteLM(L.LightningModule):
     def _loss_BT(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         ids_BT = batch["input_ids"]
         x_BT, y_BT = ids_BT[:, :-1], ids_BT[:, 1:]
-        logits_BTV = self.model(input_ids=x_BT).logits
-        loss = F.cross_entropy(logits_BTV.flatten(0, 1).float(), y_BT.flatten(), reduction="none")
-        return loss.view_as(y_BT)
+        return self.model(x_BT, y_BT)
 
     def _exact(self, value: float) -> torch.Tensor:
         # float64 so that token counts in the billions log exactly
@@ -240,5 +238,9 @@ class ByteLM(L.LightningModule):
         if "rng" in meta:
             torch.set_rng_state(meta["rng"])
 
-    def _plain_model(self) -> torch.nn.Module:
+    def hf_model(self) -> torch.nn.Module:
+        """The live weights as a ``GPT2LMHeadModel`` (shared, not copied): what probes read."""
+        return self._plain_model().hf()
+
+    def _plain_model(self) -> GPT:
         return getattr(self.model, "_orig_mod", self.model)
