@@ -156,12 +156,9 @@ class BytecanaryCLI(LightningCLI):
         return RunConfig(**vars(self.config["run"]))
 
     def instantiate_trainer(self, **kwargs: Any):
+        """The trainer, once its plan fits the data (``data.max_repeats``): the first moment the
+        world size is known, before the model's first step and before anything is written."""
         run = self.run_config()
-        loggers: list = [JsonlLogger(run.dir / "metrics.jsonl")]
-        if run.wandb:
-            loggers.append(
-                make_wandb_logger(run.dir, run.name, run.wandb_project, run.experiment, run.wandb_detail)
-            )
         callbacks = list(self.config_init["trainer"].get("callbacks") or [])
         callbacks.append(
             ScheduledCheckpoint(
@@ -178,11 +175,16 @@ class BytecanaryCLI(LightningCLI):
         callbacks.append(PerfMonitor())  # perf/tokens_per_s, perf/samples_per_s, perf/mfu
         kwargs.update(
             default_root_dir=str(run.dir),
-            logger=loggers,
+            logger=[JsonlLogger(run.dir / "metrics.jsonl")],
             callbacks=callbacks,
             plugins=[AtomicCheckpointIO()],
         )
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        self.datamodule.check_repeats(trainer)
+        if run.wandb:  # after the check: its logger writes the run's W&B id into the run folder
+            wandb = make_wandb_logger(run.dir, run.name, run.wandb_project, run.experiment, run.wandb_detail)
+            trainer.loggers = [*trainer.loggers, wandb]
+        return trainer
 
 
 def probes_source(args: list[str] | None) -> str:

@@ -18,7 +18,7 @@ import torch
 
 from bytecanary.data.shards import TokenSeries, open_split
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import read_json
+from bytecanary.io import read_json, warn
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -82,6 +82,11 @@ class ShardBatches:
             k += 1
 
 
+def _count(tokens: float) -> str:
+    """4.92B, 0.85M: a token count a reader takes in at a glance."""
+    return f"{tokens / 1e9:.2f}B" if tokens >= 1e9 else f"{tokens / 1e6:.2f}M"
+
+
 class Batches:
     """A fixed sequence of batches (Lightning reads a bare list as several loaders)."""
 
@@ -106,6 +111,7 @@ class ShardDataModule(L.LightningDataModule):
         mixture: dict[str, float] | None = None,
         val_tokens: int = 32768,
         seed: int = 0,
+        max_repeats: float | None = 10.0,
     ) -> None:
         """
         Args:
@@ -115,17 +121,23 @@ class ShardDataModule(L.LightningDataModule):
             mixture: sampling weight per language; None samples by the prepared shares.
             val_tokens: validation tokens per language (split across ranks).
             seed: seed of the sample order (a pure function of seed and sample index).
+            max_repeats: most times training may read each training token on average (the planned
+                tokens over the data's); more is refused before training, more than once warns;
+                None: no check.
         """
         super().__init__()
         for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("val_tokens", val_tokens)):
             if value < 1:
                 raise BytecanaryError(f"data.{name}: must be >= 1, got {value}")
+        if max_repeats is not None and max_repeats <= 0:
+            raise BytecanaryError(f"data.max_repeats: must be > 0 or null (no limit), got {max_repeats}")
         self.data_dir = Path(data_dir)
         index_path = self.data_dir / "shards" / "index.json"
         if not index_path.exists():
             raise BytecanaryError(
                 f"data.data_dir: no prepared data at {self.data_dir} (missing {index_path}); "
-                "run `bytecanary prepare --config configs/data/default.yaml` first"
+                "run `bytecanary prepare --config configs/data/<name>.yaml` first (it writes data/<name>), "
+                "or point --data.data_dir at a prepared folder"
             )
         self.index = read_json(index_path)
         self.languages = list(self.index["languages"])
@@ -138,9 +150,11 @@ class ShardDataModule(L.LightningDataModule):
         self.eos_token_id = int(self.index["eos_id"])
         self.tokenizer_dir = self.data_dir / "tokenizer"
         self.batch_size, self.seq_len = batch_size, seq_len
-        self.val_tokens, self.seed = val_tokens, seed
-        for split in ("train", "val"):  # a cut-off shard is an error now, not half the data later
-            self._open(split)
+        self.val_tokens, self.seed, self.max_repeats = val_tokens, seed, max_repeats
+        train = self._open("train")  # a cut-off shard is an error now, not half the data later
+        self._open("val")
+        # the training tokens of the languages the mixture samples: what check_repeats divides by
+        self.train_tokens = sum(len(shard) for shard, w in zip(train, self.weights, strict=True) if w > 0)
 
     def _open(self, split: str) -> list[TokenSeries]:
         shards = [
@@ -151,6 +165,32 @@ class ShardDataModule(L.LightningDataModule):
             if len(shard) <= self.seq_len + 1:
                 raise BytecanaryError(f"{self.data_dir}: {lang} {split} shard has only {len(shard)} tokens")
         return shards
+
+    def check_repeats(self, trainer: L.Trainer) -> None:
+        """Refuse a plan that reads each training token more than ``max_repeats`` times on average,
+        and warn (rank 0) above once: a preset left on a small corpus would train on copies of
+        it. Takes the built trainer: its world size is what the launcher (srun, torchrun) gave."""
+        if self.max_repeats is None or trainer.max_steps < 0:  # no limit, or no planned end
+            return
+        steps, accumulate, world = trainer.max_steps, trainer.accumulate_grad_batches, trainer.world_size
+        planned = steps * accumulate * self.batch_size * self.seq_len * world
+        repeats = planned / self.train_tokens
+        if repeats <= 1:
+            return
+        accumulated = f" x {accumulate} accumulated" if accumulate > 1 else ""
+        devices = f"{world} device{'s' if world > 1 else ''}"
+        plan = f"{steps:,} steps{accumulated} x {self.batch_size} x {self.seq_len} x {devices}"
+        counts = (
+            f"the plan trains {_count(planned)} tokens ({plan}), {repeats:,.1f} times "
+            f"{self.data_dir}'s {_count(self.train_tokens)} training tokens"
+        )
+        if repeats > self.max_repeats:
+            raise BytecanaryError(
+                f"data.max_repeats: {counts}, above the limit of {self.max_repeats:g}; prepare more data "
+                "(configs/data/paper.yaml) or raise --data.max_repeats (null: no limit)"
+            )
+        if trainer.is_global_zero:
+            warn(f"data.max_repeats: {counts}; within the limit of {self.max_repeats:g}: the data repeats")
 
     def train_dataloader(self) -> ShardBatches:
         trainer = self.trainer
