@@ -15,13 +15,23 @@ runs it, on ``configs/gpt2-355m.yaml`` (bf16-mixed, torch.compile):
 3. with two or more GPUs, the run's checkpoints probed by ``bytecanary probe`` as one process
    and as ``torchrun --nproc-per-node 2``: wall seconds, speed-up, and whether the two
    records files hold the same pairs with the same smooth metrics (one GPU: skipped);
-4. a few steps with ``configs/strategy/fsdp.yaml`` (FSDP on one GPU), its checkpoint exported.
+4. ``level0_vs_generate``: the Level 0 probe against batched HF ``model.generate`` on the
+   run's last weights file, the same samples on the same device (bf16 on a GPU): how many
+   generations are identical, the seconds of each and the speed-up (benchmarks/gpu_level0.py);
+5. ``profile``: a few more steps of the same ``bytecanary train`` (no probes) with the callback
+   of benchmarks/gpu_profile.py added on its command line: the top 15 CUDA kernels by total
+   time over 3 warm steps (on a CPU: CPU ops by self time);
+6. ``ceiling``: a lean nanoGPT-style model of the same shape and batch in a bare loop
+   (benchmarks/gpu_ceiling.py): tokens/s, MFU and peak memory; the run's warm tokens/s is
+   then also given as a share of it (``run.warm.share_of_ceiling``);
+7. a few steps with ``configs/strategy/fsdp.yaml`` (FSDP on one GPU), its checkpoint exported.
 
-On a GPU each part has a time budget (``BUDGETS``, about 8 minutes in all): a part that runs
-past it is killed, recorded as an error, and the next part runs. ``--smoke`` runs the same on
-a CPU with a tiny model, a few steps and a small corpus it prepares itself, step 3 with two
-CPU processes, without budgets (under a minute on 2 cores; ``make test`` runs it,
-tests/test_gpu_check.py). On the GPU machine's own image, ``benchmarks/gpu_run.sh`` runs it.
+On a GPU each part has a time budget (gpu_plan.py: 8 minutes in all on one GPU, where the
+2-rank series is skipped): a part that runs past it is killed, recorded as an error, and the
+next part runs. ``--smoke`` runs the same on a CPU with a tiny model, a few steps and a small
+corpus it prepares itself, step 3 with two CPU processes, without budgets (about 75 s on 2
+cores; ``make test`` runs it, tests/test_gpu_check.py). On the GPU machine's own image,
+``benchmarks/gpu_run.sh`` runs it.
 
     python benchmarks/gpu_check.py [--out gpu_check.json] [--data data/default] [--batch-size 64]
     python benchmarks/gpu_check.py --smoke --out /tmp/gpu_check.json
@@ -32,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -39,7 +50,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -51,79 +62,31 @@ import transformers
 import yaml
 from gpu_budget import BUDGET, ROOT, command
 from gpu_compare import StepFailed, close, compare_records, ok
+from gpu_plan import PRESET, PROFILE, SMOKE_DATA, Plan, gpu_plan, smoke_plan
 
 from bytecanary import keys
-from bytecanary.io import read_jsonl
+from bytecanary.io import read_json, read_jsonl
 from bytecanary.train.throughput import peak_flops
 
-PRESET = ROOT / "configs" / "gpt2-355m.yaml"
+BENCHMARKS = ROOT / "benchmarks"
 FSDP = ROOT / "configs" / "strategy" / "fsdp.yaml"
 SERIES = 420  # checkpoints of a long series, whose probing cost step 1 estimates
-# seconds per part on a GPU: compile, 200 steps and two checkpoints' probes; an export and
-# a probe; a few FSDP steps; the 2-rank series (2+ GPUs only)
-BUDGETS = {"run": 270, "export_and_probe": 75, "fsdp": 75, "series_ranks": 60}
 # the default corpus, else one that needs no network (a GPU machine may have none)
 DATA_CONFIGS = (ROOT / "configs" / "data" / "default.yaml", ROOT / "configs" / "data" / "synthetic.yaml")
-PROBES = yaml.safe_load(PRESET.read_text(encoding="utf-8"))["probes"]  # the preset's own, cadences included
-SMOKE_PROBES = [
-    {"name": "level0", "trial": True, "per_language": 2},
-    {"name": "level1", "trial": True, "per_language": 2},
-    {
-        "name": "mcqa",
-        "trial": True,
-        "embedded_per_language": 2,
-        "nonsense_per_language": 2,
-        "generative_per_task": 1,
-    },
-]
-SMOKE_DATA = {
-    "name": "smoke",
-    "seed": 0,
-    "mixture": {"en": 0.1, "ja": 0.3, "ko": 0.3, "zh": 0.3},
-    "val_fraction": 0.05,
-    "sources": [{"language": lang, "synthetic": {"megabytes": 0.12}} for lang in ("en", "ja", "ko", "zh")],
-    "tokenizer": {"vocab_size": 1200, "character_coverage": 0.995},
-    "eval": {
-        "max_per_tier": 20,
-        "snapshot_tokens": [20000],
-        "level1_per_language": 8,
-        "wordcomp_per_language": 8,
-    },
-}
-SMOKE_MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 64, "n_positions": 64}
 
 
-@dataclass
-class Plan:
-    """The sizes of one check: one GPU's, or ``--smoke``'s on a CPU."""
-
-    batch_size: int
-    steps: int  # of the run with probes; checkpoints (and probes) at steps/2 and steps
-    log_every: int  # perf/* windows are this many steps
-    fsdp_steps: int
-    probes: list[dict[str, Any]]
-    flags: list[str] = field(default_factory=list)  # extra `bytecanary train` flags
-    budgets: dict[str, float] = field(default_factory=dict)  # seconds per part; none: no limit
-
-
-def gpu_plan(batch_size: int | None) -> Plan:
-    """Micro-batch 64 x 1024 tokens fills an H200 (about 70 GB in bf16); 32 on 80 GB cards."""
-    memory = torch.cuda.get_device_properties(0).total_memory
-    default = 64 if memory > 100 * 2**30 else 32
-    one = ["--trainer.devices=1"]  # the preset's `auto` would take every GPU
-    return Plan(batch_size or default, 200, 10, 30, PROBES, flags=one, budgets=BUDGETS)
-
-
-def smoke_plan() -> Plan:
-    arch = [f"--model.arch.{k}={v}" for k, v in SMOKE_MODEL.items()]
-    cpu = ["--trainer.accelerator=cpu", "--trainer.devices=1", "--model.compile=false"]
-    return Plan(4, steps=12, log_every=2, fsdp_steps=0, probes=SMOKE_PROBES, flags=[*arch, *cpu])
+def python(*args: str, ranks: int = 1) -> float:
+    """Run ``python ARGS`` (``ranks`` > 1: under torchrun) with benchmarks/ on the path, which
+    ``command``'s PYTHONSAFEPATH leaves off (the scripts' shared helpers, the profile callback);
+    its wall seconds."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+    path = os.pathsep.join(filter(None, (str(BENCHMARKS), os.environ.get("PYTHONPATH"))))
+    return command(["env", f"PYTHONPATH={path}", *(torchrun if ranks > 1 else [sys.executable]), *args])
 
 
 def bytecanary(*args: str, ranks: int = 1) -> float:
     """Run ``bytecanary ARGS`` as a user would (``ranks`` > 1: under torchrun); its wall seconds."""
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
-    return command([*(torchrun if ranks > 1 else [sys.executable]), "-m", "bytecanary.cli", *args])
+    return python("-m", "bytecanary.cli", *args, ranks=ranks)
 
 
 def environment() -> dict[str, Any]:
@@ -168,12 +131,14 @@ def prepare_data(data: str | None, smoke: bool, work: Path) -> Path:
 
 def train_args(plan: Plan, data: Path, run: Path, steps: int, every: int, *configs: Path) -> list[str]:
     """``bytecanary train`` of the preset into ``run``: checkpoints every ``every`` steps only,
-    validation at the end, no progress bar (its per-step read of the loss syncs the GPU)."""
+    validation at the end, no progress bar (its per-step read of the loss syncs the GPU), and
+    no data budget (200 steps of 64 x 1024 read the small default corpus about 15 times)."""
     config_args = [a for c in (PRESET, *configs) for a in ("--config", str(c))]
     return [
         "train",
         *config_args,
         *(f"--data.data_dir={data}", f"--data.batch_size={plan.batch_size}", "--data.val_tokens=16384"),
+        "--data.max_repeats=null",
         *(f"--trainer.max_steps={steps}", f"--trainer.log_every_n_steps={plan.log_every}"),
         *(f"--trainer.val_check_interval={steps}", "--trainer.enable_progress_bar=false"),
         *(f"--run.checkpoint_every={every}", "--run.log_spaced_until=null"),
@@ -291,6 +256,44 @@ def fsdp_run(plan: Plan, data: Path, work: Path) -> dict[str, Any]:
     return {"seconds": seconds, "warm": perf_summary(warm), "export_seconds": export_s}
 
 
+def level0_vs_generate(plan: Plan, trained: dict[str, Any], work: Path) -> dict[str, Any]:
+    """The plan's Level 0 probe and batched ``model.generate`` on the run's last weights file,
+    in one process on the device the run trained on (benchmarks/gpu_level0.py)."""
+    spec = next(p for p in plan.probes if p["name"] == "level0")
+    out = work / "level0_vs_generate.json"
+    script, checkpoint = str(BENCHMARKS / "gpu_level0.py"), trained["checkpoint"]
+    seconds = python(script, checkpoint, "--probe", json.dumps(spec), "--out", str(out))
+    return {"seconds": seconds, **read_json(out)}
+
+
+def profile(plan: Plan, data: Path, work: Path) -> dict[str, Any]:
+    """A few steps of the run's ``bytecanary train`` without probes or validation, with
+    benchmarks/gpu_profile.py's callback added on the command line (train/ holds no benchmark
+    code); the run compiled the same graph, so torch's compile caches make this compile quick."""
+    out, steps = work / "profile.json", PROFILE["after"] + PROFILE["steps"]
+    callback = {"class_path": "gpu_profile.StepProfile", "init_args": {"out": str(out), **PROFILE}}
+    lean = ["--probes=[]", "--trainer.limit_val_batches=0", f"--trainer.callbacks+={json.dumps(callback)}"]
+    seconds = bytecanary(*train_args(plan, data, work / "profile", steps, steps), *lean)
+    return {"seconds": seconds, **read_json(out)}
+
+
+def ceiling(plan: Plan, data: Path, work: Path) -> dict[str, Any]:
+    """The lean reference of the plan's shape, batch and the data's vocabulary, in a process of
+    its own (benchmarks/gpu_ceiling.py)."""
+    out = work / "ceiling.json"
+    vocab = read_json(data / "shards" / "index.json")["vocab_size"]
+    shape = ["--arch", json.dumps(plan.arch), f"--vocab-size={vocab}", f"--batch-size={plan.batch_size}"]
+    seconds = python(str(BENCHMARKS / "gpu_ceiling.py"), *shape, "--out", str(out))
+    return {"seconds": seconds, **read_json(out)}
+
+
+def share_of_ceiling(results: dict[str, Any]) -> None:
+    """The run's warm tokens/s over the ceiling's, beside its MFU (the same FLOPs per token)."""
+    warm, top = results.get("run", {}).get("warm", {}), results.get("ceiling", {})
+    if warm.get("tokens_per_s") and top.get("tokens_per_s"):
+        warm["share_of_ceiling"] = round(warm["tokens_per_s"] / top["tokens_per_s"], 3)
+
+
 def attempt(
     results: dict[str, Any], name: str, step: Callable[[], dict[str, Any]], budget: float | None = None
 ) -> dict[str, Any] | None:
@@ -338,6 +341,11 @@ def main() -> int:
                 attempt(results, "export_and_probe", checked, budgets.get("export_and_probe"))
                 ranks = lambda: series_ranks(work, args.smoke)  # noqa: E731
                 attempt(results, "series_ranks", ranks, budgets.get("series_ranks"))
+                compared = lambda: level0_vs_generate(plan, trained, work)  # noqa: E731
+                attempt(results, "level0_vs_generate", compared, budgets.get("level0_vs_generate"))
+            attempt(results, "profile", lambda: profile(plan, data_dir, work), budgets.get("profile"))
+            attempt(results, "ceiling", lambda: ceiling(plan, data_dir, work), budgets.get("ceiling"))
+            share_of_ceiling(results)
             attempt(results, "fsdp", lambda: fsdp_run(plan, data_dir, work), budgets.get("fsdp"))
     results["seconds"] = round(time.perf_counter() - start, 1)
     Path(args.out).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")

@@ -3,6 +3,7 @@ two CPU processes), so it never rots between the runs on a GPU."""
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_gpu_check_smoke_writes_its_json(tmp_path):
+def test_gpu_check_smoke_writes_its_json(tmp_path, gpu_plan):
     out = tmp_path / "gpu_check.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--smoke", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
@@ -43,6 +44,63 @@ def test_gpu_check_smoke_writes_its_json(tmp_path):
     assert series["pairs"] == 2 * 3 and series["same_pairs"] and series["differing_metrics"] == []
     assert series["agree"]
     assert result["fsdp"] == {"skipped": "Lightning's FSDP needs CUDA"}
+    ceiling = result["ceiling"]  # the lean model of the run's shape and batch, bf16 autocast, uncompiled
+    assert ceiling["shape"] == gpu_plan.SMOKE_MODEL | {"vocab_size": 1200} and ceiling["batch_size"] == 4
+    assert ceiling["tokens_per_s"] > 0 and ceiling["mfu"] is None and ceiling["peak_memory_gb"] > 0
+    assert ceiling["last_loss"] == pytest.approx(math.log(1200), rel=0.05)  # random tokens: nothing to learn
+    warm = run["warm"]
+    assert warm["share_of_ceiling"] == pytest.approx(warm["tokens_per_s"] / ceiling["tokens_per_s"], abs=1e-3)
+    profile = result["profile"]  # no GPU: the CPU ops of 3 steps after 5, by self time
+    assert profile["device"] == "cpu" and (profile["after_steps"], profile["steps"]) == (5, 3)
+    top = profile["top"]
+    assert 0 < len(top) <= 15 and all(r["calls"] > 0 and r["total_ms"] > 0 and r["share"] > 0 for r in top)
+    assert [r["total_ms"] for r in top] == sorted((r["total_ms"] for r in top), reverse=True)
+    assert sum(r["share"] for r in top) <= 1 + 1e-3  # of all ops' time, each rounded to 4 places
+    assert sum(r["total_ms"] for r in top) <= profile["busy_ms"] + 0.1
+    compared = result["level0_vs_generate"]  # the run's last weights file, float32 on the CPU
+    assert compared["checkpoint"] == run["checkpoint"] and compared["dtype"] == "float32"
+    assert compared["samples"] > 0 and compared["identical"] + compared["different"] == compared["samples"]
+    # a near tie may flip between the two batch shapes; a comparison cut wrong makes most differ
+    assert compared["identical"] > compared["samples"] / 2
+    assert compared["probe_seconds"] > 0 and compared["generate_seconds"] > 0 and compared["speed_up"] > 0
+    parts = {k for k, v in result.items() if isinstance(v, dict)} - {"environment", "plan", "data"}
+    assert parts == set(gpu_plan.BUDGETS)  # every part runs within a budget on a GPU
+
+
+@pytest.fixture
+def gpu_plan(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import gpu_plan
+
+    return gpu_plan
+
+
+def test_the_budgets_fit_one_device_command(gpu_plan):
+    one_gpu = sum(s for part, s in gpu_plan.BUDGETS.items() if part != "series_ranks")  # 2+ GPUs only
+    assert one_gpu <= 8 * 60  # the whole check fits one 10-minute device command with gpu_run.sh's setup
+    assert sum(gpu_plan.BUDGETS.values()) <= 9 * 60
+
+
+def test_the_profile_ranks_cuda_kernels_by_total_time_as_shares_of_all_kernel_time(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from gpu_profile import top
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    def kernel(name: str, start: float, end: float, device=DeviceType.CUDA) -> FunctionEvent:
+        return FunctionEvent(0, name, 0, start, end, device_type=device)
+
+    events = [
+        kernel("gemm", 0, 30),
+        kernel("softmax", 30, 40),
+        kernel("gemm", 40, 70),
+        kernel("aten::mm", 0, 99, DeviceType.CPU),
+    ]
+    assert top(events, "cuda", rows=1) == {
+        "what": "CUDA kernels by total time",
+        "busy_ms": 0.07,  # both kernels; the CPU op launching them is not GPU time
+        "top": [{"name": "gemm", "calls": 2, "total_ms": 0.06, "share": 0.8571}],
+    }
 
 
 @pytest.fixture
@@ -51,7 +109,6 @@ def gpu_check(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
     module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "gpu_check", module)  # its dataclasses look it up
     spec.loader.exec_module(module)
     return module
 
@@ -66,7 +123,6 @@ def test_a_part_past_its_budget_is_killed_with_its_children_and_the_next_part_ru
     assert not child.exists() or child.read_text().split(")")[1].split()[0] == "Z"  # gone, or only a zombie
     fine = gpu_check.attempt(results, "next", lambda: {"s": gpu_check.command(["true"])})
     assert fine == results["next"] and fine["s"] >= 0
-    assert sum(gpu_check.BUDGETS.values()) <= 8 * 60  # the whole check fits one 10-minute device command
 
 
 def test_records_agree_pair_for_pair_on_smooth_metrics_within_1e_4(gpu_check):

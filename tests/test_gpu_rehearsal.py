@@ -51,3 +51,8 @@ def test_the_gpu_run_passes_in_the_gpu_image_with_the_carried_wheels_alone(tmp_p
         "mcqa",
     }
     assert result["series_ranks"]["agree"] and result["export_and_probe"]["dtype"] == "float32"
+    # the parts that measure against the ceiling, on the image's torch (its profiler, its fused AdamW)
+    assert result["ceiling"]["tokens_per_s"] > 0 and result["run"]["warm"]["share_of_ceiling"] > 0
+    assert result["profile"]["device"] == "cpu" and 0 < len(result["profile"]["top"]) <= 15
+    compared = result["level0_vs_generate"]
+    assert compared["identical"] + compared["different"] == compared["samples"] > 0
