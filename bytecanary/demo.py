@@ -69,6 +69,7 @@ def run_demo(
         "--trainer.max_steps", str(max_steps),
         "--trainer.val_check_interval", str(max(5, max_steps // 6)),
         "--run.checkpoint_every", str(max(5, max_steps // 3)),
+        "--data.max_repeats", "null",  # a long demo reads the small default corpus many times over
     ]  # fmt: skip
     if latest_checkpoint(run_dir / "checkpoints") is not None:
         args += ["--run.resume", "true"]
