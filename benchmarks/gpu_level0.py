@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 from gpu_ceiling import sync
-from probe_throughput import _until_eos
 
 from bytecanary.probes import get_probe
 from bytecanary.probes.engine import left_pad
@@ -50,8 +49,12 @@ def generate_batched(model: Any, tokenizer: Any, prompts: Ids, batch: int, max_n
             eos_token_id=eos,
             pad_token_id=pad,
         )
-        out += [_until_eos(row[ids.shape[1] :].tolist(), eos) for row in gen]
+        out += [until_eos(row[ids.shape[1] :].tolist(), eos) for row in gen]
     return out
+
+
+def until_eos(row: list[int], eos: int) -> list[int]:
+    return row[: row.index(eos) + 1] if eos in row else row
 
 
 def probe_generations(probe: Any, model: Any, tokenizer: Any, prepared: Any) -> Ids:

@@ -154,33 +154,17 @@ def print_suite(result: dict, model: str, config: str) -> None:
 
 
 def run_side(side: str, model: str, data: str, per_language: int, batch: int) -> dict:
-    from bytecanary.probes.engine import left_pad
-    from bytecanary.probes.models import pad_id
+    from gpu_level0 import generate_batched, probe_generations
 
     net, tokenizer, probe, prep = build(model, data, per_language, batch)
     prompts = [list(s.prompt_ids) for s in prep.samples]
     max_new = probe.config.max_new_tokens
 
     def generate_baseline(rows: list[list[int]]) -> list[list[int]]:
-        out = []
-        for lo in range(0, len(rows), batch):
-            ids, mask = left_pad(rows[lo : lo + batch], pad_id(tokenizer), "cpu")
-            eos, pad = tokenizer.eos_token_id, pad_id(tokenizer)
-            gen = net.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                do_sample=False,
-                max_new_tokens=max_new,
-                eos_token_id=eos,
-                pad_token_id=pad,
-            )
-            out += [_until_eos(row[ids.shape[1] :].tolist(), eos) for row in gen]
-        return out
+        return generate_batched(net, tokenizer, rows, batch, max_new)
 
     def ours(prepared) -> list[list[int]]:
-        r = probe.compute(net, tokenizer, prepared)
-        probe.aggregate(prepared, [r], NO_CONTEXT)
-        return [row[:n].tolist() for row, n in zip(r["tokens"], r["lengths"], strict=True)]
+        return probe_generations(probe, net, tokenizer, prepared)
 
     with torch.inference_mode():
         if side == "ours":  # a warm-up on 8 samples (thread pools, allocator), each side on its own path
@@ -197,10 +181,6 @@ def run_side(side: str, model: str, data: str, per_language: int, batch: int) ->
         "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "tokens": tokens,
     }
-
-
-def _until_eos(row: list[int], eos: int) -> list[int]:
-    return row[: row.index(eos) + 1] if eos in row else row
 
 
 def main() -> None:
