@@ -30,8 +30,8 @@ On a GPU each part has a time budget (gpu_plan.py: 8 minutes in all on one GPU, 
 2-rank series is skipped): a part that runs past it is killed, recorded as an error, and the
 next part runs. ``--smoke`` runs the same on a CPU with a tiny model, a few steps and a small
 corpus it prepares itself, step 3 with two CPU processes, without budgets (about 75 s on 2
-cores; ``make test`` runs it, tests/test_gpu_check.py). On the GPU machine's own image,
-``benchmarks/gpu_run.sh`` runs it.
+cores). On the GPU machine's own image, ``benchmarks/gpu_run.sh`` runs it, and ``make test-slow``
+rehearses that on a CPU (tests/test_gpu_rehearsal.py, holding every part to tests/test_gpu_check.py).
 
     python benchmarks/gpu_check.py [--out gpu_check.json] [--data data/default] [--batch-size 64]
     python benchmarks/gpu_check.py --smoke --out /tmp/gpu_check.json
