@@ -4,6 +4,7 @@ output width, padding id.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 
@@ -19,6 +20,12 @@ def sliding_window(model: Any) -> int | None:
     cfg = model.config.get_text_config()
     window = getattr(cfg, "sliding_window", None)
     return int(window) if window and getattr(cfg, "use_sliding_window", True) else None
+
+
+def takes_positions(model: Any) -> bool:
+    """Whether the forward reads ``position_ids``: one that takes none (ALiBi: BLOOM, MPT)
+    places tokens by its attention mask alone, so it cannot be told that a row restarts."""
+    return "position_ids" in inspect.signature(model.forward).parameters
 
 
 def output_size(model: Any) -> int:

@@ -2,8 +2,9 @@
 
 A target is a checkpoint file (a run's weights file ``step{N}.safetensors``, or a Lightning
 ``.ckpt``), an HF model folder, or a model id at a revision (Pythia's ``step1000``...); a
-run folder, or its ``checkpoints/``, stands for its weights files. Loading never runs
-remote code; anything unreadable is one ``BytecanaryError`` naming it.
+run folder, or its ``checkpoints/``, stands for its weights files; an HF Trainer output
+folder (the final model beside ``checkpoint-N/``) for its checkpoints, then the final model.
+Loading never runs remote code; anything unreadable is one ``BytecanaryError`` naming it.
 """
 
 from __future__ import annotations
@@ -128,8 +129,8 @@ def resolve(paths: list[str], revisions: list[str] | None = None) -> list[Target
             targets += [Target(f"{raw}@{rev}", raw, "hf", rev) for rev in revisions]
         elif path.is_file() and path.suffix in (WEIGHTS, STATE):
             targets.append(Target.file(raw))
-        elif path.is_dir() and (path / "config.json").is_file():
-            targets.append(Target(str(path.resolve()), raw, "hf"))
+        elif path.is_dir() and (path / "config.json").is_file():  # with its checkpoints, if any
+            targets += [*hf_series(path), Target(str(path.resolve()), raw, "hf")]
         elif path.is_dir() and (found := in_folder(path) or hf_series(path)):
             targets += found
         else:
@@ -145,6 +146,15 @@ def _hf_info(target: Target) -> dict[str, Any]:
     """``bytecanary.json`` beside an exported model (step, tokens_seen, data_dir), if any."""
     info_path = Path(target.path) / "bytecanary.json"
     return read_json(info_path) if info_path.is_file() else {}
+
+
+def _trainer_step(target: Target) -> int | None:
+    """``global_step`` of HF Trainer's ``trainer_state.json`` in the folder, if any: the step
+    of a Trainer output's final model, whose folder name carries none."""
+    state_path = Path(target.path) / "trainer_state.json"
+    state = read_json(state_path) if state_path.is_file() else None
+    step = state.get("global_step") if isinstance(state, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def data_dir_of(target: Target) -> Path | None:
@@ -197,7 +207,8 @@ class Loader:
             return Loaded(self._model, tokenizer, data_dir, meta.get("step"), meta.get("tokens_seen"))
         model, tokenizer = _load_hf(target)
         info = _hf_info(target)
-        step = info.get("step", target.step_hint if target.step_hint >= 0 else None)
+        hint = target.step_hint
+        step = info["step"] if "step" in info else hint if hint >= 0 else _trainer_step(target)
         return Loaded(
             model.to(self.device, self.dtype), tokenizer, data_dir_of(target), step, info.get("tokens_seen")
         )
@@ -206,7 +217,8 @@ class Loader:
 def _load_hf(target: Target) -> tuple[Any, Any]:
     """An HF model and its tokenizer, the tokenizer first and checked for byte tokens, so an
     unsupported one is refused before the model loads; weights that leave parameters of the
-    architecture missing, or hold ones it lacks, are refused rather than probed as random."""
+    architecture missing, hold ones it lacks, or have other shapes than its config's are
+    refused rather than probed as random (the first mismatch named, with both shapes)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from bytecanary.bytecodec import ByteCodec
@@ -226,7 +238,19 @@ def _load_hf(target: Target) -> tuple[Any, Any]:
         raise BytecanaryError(f"{target.key}: {err}") from None
     with one_line(f"{target.key}: cannot load the model"):
         model, info = AutoModelForCausalLM.from_pretrained(
-            target.path, revision=target.revision, trust_remote_code=False, output_loading_info=True
+            target.path,
+            revision=target.revision,
+            trust_remote_code=False,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # loaded, to be named below rather than behind a table
+        )
+    order = {name: i for i, name in enumerate(model.state_dict())}
+    mismatched = sorted(info.get("mismatched_keys") or (), key=lambda m: order.get(m[0], len(order)))
+    if mismatched:
+        name, in_file, in_config = mismatched[0]
+        raise BytecanaryError(
+            f"{target.key}: weights do not fit the config: {name} is {list(in_file)} in the checkpoint's "
+            f"files, {list(in_config)} in the config ({len(mismatched)} tensors differ)"
         )
     for what, names in (("missing from", "missing_keys"), ("unknown to", "unexpected_keys")):
         found = sorted(info.get(names) or ())

@@ -39,11 +39,10 @@ import numpy as np
 from bytecanary import utf8
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.data.evalsets import Level0Set
-from bytecanary.errors import BytecanaryError
 from bytecanary.probes.dist import merge_shards, shard_indices
 from bytecanary.probes.engine import Decoding, Sampling, generate
 from bytecanary.probes.evalsets import eval_set_files
-from bytecanary.probes.models import context_size, output_size, pad_id, sliding_window
+from bytecanary.probes.models import context_size, output_size, pad_id
 from bytecanary.probes.params import Checked, GenerationSettings, PerSample, Sizes, at_least, within
 from bytecanary.probes.registry import Probe
 from bytecanary.probes.utf8_results import SampleResults, group_metrics, tier_gaps, write_records
@@ -217,7 +216,6 @@ def decode_and_score(
     """Per-sample results of this rank's share (``index`` into the samples)."""
     idx = shard_indices(len(prep.samples), config.batch_size, rank, world)
     samples = fit_context([prep.samples[i] for i in idx], model, config.max_new_tokens, prep.codec)
-    _check_window(model, samples, config.max_new_tokens)
     prompts = [list(s.prompt_ids) for s in samples]
     golds = [list(s.gold_ids) for s in samples]
     decoding = Decoding(config.max_new_tokens, prep.eos_id, prep.pad_id, config.batch_size, config.sampling)
@@ -258,18 +256,6 @@ def decode_and_score(
         tokens=gen.tokens,
         lengths=gen.lengths,
     )
-
-
-def _check_window(model: Any, samples: list[Utf8Sample], max_new_tokens: int) -> None:
-    """Refuse a model whose attention window is shorter than a prompt and its new tokens:
-    the engine's padded, cached decoding keeps no window, so it would not attend as the model does."""
-    longest = max((len(s.prompt_ids) for s in samples), default=0) + max_new_tokens
-    window = sliding_window(model)
-    if window is not None and longest > window:
-        raise BytecanaryError(
-            f"{type(model).__name__}: sliding_window={window} is shorter than a prompt and its "
-            f"{max_new_tokens} new tokens ({longest}): the UTF-8 probes would not attend as the model does"
-        )
 
 
 def _vocab_rows(classes: np.ndarray, codec: ByteCodec, n_vocab: int) -> np.ndarray:

@@ -48,11 +48,12 @@ import numpy as np
 from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.probes import batching
-from bytecanary.probes.engine import Decoding, Sampling, cut_at_stop, generate
+from bytecanary.probes.engine import Decoding, Sampling, generate
 from bytecanary.probes.mcqa import dashed, wrappers
 from bytecanary.probes.mcqa.dashed import Matcher, extract
 from bytecanary.probes.mcqa.views import View
 from bytecanary.probes.models import context_size, output_size, pad_id
+from bytecanary.probes.stops import cut_at_stop
 
 
 @dataclass(frozen=True)

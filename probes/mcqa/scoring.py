@@ -31,7 +31,7 @@ import torch
 
 from bytecanary.io import warn_once
 from bytecanary.probes import batching
-from bytecanary.probes.models import sliding_window
+from bytecanary.probes.models import sliding_window, takes_positions
 
 
 @dataclass
@@ -115,7 +115,7 @@ _warn = warn_once()
 def own_forward_reasons(model: torch.nn.Module, longest: int) -> list[str]:
     """The config fields that make the fast path differ from the model's own forward on rows
     of up to ``longest`` tokens: logits post-processed after the head, an attention window
-    shorter than a row."""
+    shorter than a row, positions the forward does not take."""
     cfg = model.config.get_text_config()
     reasons = [
         f"{name}={value}"
@@ -125,6 +125,8 @@ def own_forward_reasons(model: torch.nn.Module, longest: int) -> list[str]:
     window = sliding_window(model)
     if window is not None and longest > window:
         reasons.append(f"sliding_window={window} (rows of up to {longest} tokens)")
+    if not takes_positions(model):
+        reasons.append("no position_ids in its forward (ALiBi: positions from the attention mask)")
     return reasons
 
 

@@ -1,11 +1,12 @@
 """Issue 32, classes 2, 3 and 6: an HF model folder that would be probed as something it is
 not (a revision of a local folder, weights that do not fit the architecture) or that does
-not load (a tokenizer without byte tokens, shapes unlike the config's, a pickle that
-``weights_only`` refuses) is one ``error:`` line naming it, exit 2, and no record. Class 1:
-a model whose embedding is padded past its tokenizer, and that emits those ids, is probed.
-Class 4: a sliding window shorter than a Level 1 prompt is a failed record naming it; class
-5: a model that caps its logits is scored as its forward scores; class 7: a folder of HF
-model folders is a series."""
+not load (a tokenizer without byte tokens, shapes unlike the config's, named with both, a
+pickle that ``weights_only`` refuses) is one ``error:`` line naming it, exit 2, and no
+record. Class 1: a model whose embedding is padded past its tokenizer, and that emits those
+ids, is probed. Class 4: a sliding window shorter than a Level 1 prompt is decoded through
+the model's own forward, and says so; class 5: a model that caps its logits is scored as its
+forward scores; class 7: a folder of HF model folders is a series, and an HF Trainer output
+folder its checkpoints, then its final model (issue 46)."""
 
 import json
 from pathlib import Path
@@ -76,12 +77,18 @@ def test_a_tokenizer_without_byte_tokens_is_refused_before_the_model_loads(hf, t
     assert not out.exists()
 
 
-def test_shapes_unlike_the_configs_are_one_line(hf, tmp_path, capsys):
+def test_shapes_unlike_the_configs_are_one_line_naming_the_first_with_both_shapes(hf, tmp_path, capsys):
     config = json.loads((hf / "config.json").read_text(encoding="utf-8"))
     (hf / "config.json").write_text(json.dumps({**config, "n_embd": 2 * config["n_embd"]}), encoding="utf-8")
+    wte = list(load_file(hf / "model.safetensors")["transformer.wte.weight"].shape)
     out = tmp_path / "p.jsonl"
     assert _probe(hf, out) == 2
-    one_error(capsys.readouterr().err, str(hf), "cannot load the model")
+    one_error(
+        capsys.readouterr().err,
+        str(hf),
+        "weights do not fit the config",
+        f"transformer.wte.weight is {wte} in the checkpoint's files, {[wte[0], 2 * wte[1]]} in the config",
+    )
     assert not out.exists()
 
 
@@ -181,6 +188,26 @@ def test_a_folder_of_hf_model_folders_is_a_series_in_step_order(trained, small_d
     assert _probe(series, out, *args) == 0 and len(read_records(out)) == len(rows)
 
 
+def test_an_hf_trainer_output_folder_is_its_checkpoints_then_its_final_model(trained, small_data, tmp_path):
+    """Issue 46: HF Trainer's output folder holds the final model at its root beside
+    checkpoint-N subfolders, each a model of its own: every one is probed, the checkpoints in
+    step order with the step of their names, then the final model with trainer_state.json's."""
+    root = _hf_folder(trained, tmp_path / "trainer_out", 8)
+    (root / "trainer_state.json").write_text(json.dumps({"global_step": 8}), encoding="utf-8")
+    for step in (8, 4):
+        _hf_folder(trained, root / f"checkpoint-{step}", step)
+    out = tmp_path / "p.jsonl"
+    args = ["--eval_sets.level0", str(small_data / "evalsets" / "level0_zh.json")]
+    assert _probe(root, out, *args) == 0
+    rows = read_records(out)
+    assert [(Path(r.checkpoint).name, r.step) for r in rows] == [
+        ("checkpoint-4", 4),
+        ("checkpoint-8", 8),
+        ("trainer_out", 8),
+    ]
+    assert all(r.ok for r in rows) and rows[0].metrics != rows[1].metrics == rows[2].metrics
+
+
 def _family_folder(byte_fallback_tokenizer, folder, config):
     """A tiny random model of another family, saved with its tokenizer as a user's folder."""
     from transformers import AutoModelForCausalLM
@@ -191,12 +218,18 @@ def _family_folder(byte_fallback_tokenizer, folder, config):
     return folder
 
 
-def test_a_window_shorter_than_a_level1_prompt_is_a_failed_record_naming_it(
-    byte_fallback_tokenizer, small_data, tmp_path, capsys
+def test_a_window_shorter_than_a_level1_prompt_is_decoded_through_the_models_own_forward(
+    byte_fallback_tokenizer, small_data, tmp_path, capsys, monkeypatch
 ):
-    """Class 4: a Mistral folder whose sliding window is shorter than Level 1's prompts."""
+    """Class 4: a Mistral folder whose sliding window is shorter than Level 1's prompts is
+    probed as ``model.generate`` runs it (the family matrix checks the numbers), and says why
+    it is slower."""
     from transformers import MistralConfig
 
+    from bytecanary.io import warn_once
+    from bytecanary.probes import fastpath
+
+    monkeypatch.setattr(fastpath, "_warn", warn_once())  # said once per process: say it here
     cfg = MistralConfig(vocab_size=len(byte_fallback_tokenizer), hidden_size=32, intermediate_size=64,
                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                         sliding_window=8)  # fmt: skip
@@ -204,10 +237,11 @@ def test_a_window_shorter_than_a_level1_prompt_is_a_failed_record_naming_it(
     out = tmp_path / "p.jsonl"
     (level1,) = (small_data / "evalsets").glob("level1*.json")
     args = ["--probes", "level1", "--trial=true", "--eval_sets.level1", str(level1), "--wandb=false"]
-    assert main(["probe", str(folder), *args, "--out", str(out)]) == 1
+    assert main(["probe", str(folder), *args, "--out", str(out)]) == 0
     (row,) = read_records(out)
-    assert row.status == "failed" and "sliding_window=8 is shorter than a prompt" in row.error
-    assert "some probes failed" in capsys.readouterr().err
+    assert row.ok and row.metrics
+    err = capsys.readouterr().err
+    assert "through its own forward and cache" in err and "sliding_window=8 is shorter than a prompt" in err
 
 
 def test_a_soft_capping_model_is_scored_as_its_forward_scores(

@@ -6,7 +6,8 @@ import torch
 from transformers.cache_utils import Cache
 
 from bytecanary.bytecodec import ByteCodec
-from bytecanary.probes.engine import Decoding, Sampling, StopStrings, cut_at_stop, generate
+from bytecanary.probes.engine import Decoding, Sampling, generate
+from bytecanary.probes.stops import StopStrings, cut_at_stop
 
 from .conftest import generate_alone
 

@@ -1,7 +1,5 @@
 """Level 1: the sentence before the target character, then its first bytes; Term Match."""
 
-import pytest
-
 from bytecanary.probes import get_probe
 
 
@@ -31,24 +29,3 @@ def test_keys_by_language_and_prefix_length_with_term_match(random_model, byte_f
     assert {"probe/level1/zh/k3/term_match", "probe/level1/ja/term_match", "probe/level1/all/n"} <= got.keys()
     assert 0 <= got["probe/level1/all/term_match"] <= 1
     assert got["probe/level1/all/n"] == 2 + 2 + 3  # k < length: 鬱 and 龘 have 3 bytes, 𫝀 4
-
-
-def test_a_window_shorter_than_a_prompt_is_refused_naming_it(byte_fallback_tokenizer, eval_dir):
-    """Issue 32, class 4: Mistral attends within its sliding window; the engine's decoding
-    would not, so a prompt past the window is one line naming the config field."""
-    import torch
-    from transformers import MistralConfig, MistralForCausalLM
-
-    from bytecanary.errors import BytecanaryError
-
-    tok = byte_fallback_tokenizer
-    cfg = MistralConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                        num_attention_heads=2, num_key_value_heads=1, sliding_window=8)  # fmt: skip
-    torch.manual_seed(0)
-    model = MistralForCausalLM(cfg).eval()
-    probe = get_probe("level1", trial=False, batch_size=4)
-    prepared = probe.prepare(tok, eval_dir)
-    with pytest.raises(
-        BytecanaryError, match=r"MistralForCausalLM: sliding_window=8 is shorter than a prompt"
-    ):
-        probe.compute(model, tok, prepared)
