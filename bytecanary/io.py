@@ -134,7 +134,10 @@ def remove_stale_temps(folder: str | Path) -> list[Path]:
 
 
 def output_problem(path: str | Path, folder: bool = False) -> str | None:
-    """Why ``path`` cannot be written (a file, or a ``folder``), or None; creates nothing."""
+    """Why ``path`` cannot be written (a file, or a ``folder``), or None; creates nothing. A
+    file's path ending in a slash names a folder, though ``Path`` drops the slash."""
+    if not folder and str(path).endswith(("/", os.sep)):
+        return f"{path}: ends in '/', so it names a folder, not a file"
     path = Path(path)
     if path.exists() and path.is_dir() != folder:
         return f"{path}: exists and is not a {'folder' if folder else 'file'}"
@@ -146,13 +149,18 @@ def output_problem(path: str | Path, folder: bool = False) -> str | None:
     return None
 
 
+def one_folder(name: str) -> bool:
+    """Whether ``name`` names one folder inside another: not empty, not ``.`` or ``..``, no ``/``."""
+    return bool(name.strip()) and name not in (".", "..") and "/" not in name
+
+
 def check_output(path: str | Path, folder: bool = False) -> Path:
     """Fail now rather than after the work: ``path`` must be of the right kind if it exists
     (a file, or a ``folder``), and its parent folder must exist or be creatable."""
-    path = Path(path)
     problem = output_problem(path, folder)
     if problem:
         raise BytecanaryError(problem)
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not os.access(path.parent, os.W_OK):
         raise BytecanaryError(f"{path.parent}: not writable")

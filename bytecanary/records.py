@@ -212,13 +212,24 @@ LOOKED_AT = 5  # lines read to tell a records file: one may be corrupt, not all 
 
 def _not_ours(path: Path, data: bytes) -> str | None:
     """Why ``data`` (a file's start) is not a records file, or None: empty, one record being
-    written (a crash in the first append), or a record among its first lines."""
-    if not data.strip() or (b"\n" not in data and data.startswith(RECORD_START)):
+    written (a crash in the first append: a record's start that is no whole JSON document), or
+    a record among its first lines."""
+    if not data.strip() or (b"\n" not in data and data.startswith(RECORD_START) and not _whole_json(data)):
         return None
     lines = [line for line in data.split(b"\n")[:-1] if line.strip()][:LOOKED_AT]
     if any(_is_record(line) for line in lines):
         return None
-    return f"{path}: holds something other than probe records (line 1 is no record); not appending to it"
+    why = "line 1 is no record" if lines else "no whole line, while every record ends in a newline"
+    return f"{path}: holds something other than probe records ({why}); not appending to it"
+
+
+def _whole_json(data: bytes) -> bool:
+    """Whether ``data`` is one whole JSON document, which no strict prefix of a record is."""
+    try:
+        json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return True
 
 
 def _is_record(line: bytes) -> bool:
@@ -228,13 +239,14 @@ def _is_record(line: bytes) -> bool:
         return False
 
 
-def _wrong_kind(path: Path) -> str | None:
-    """Why ``path`` is no place for records whatever it holds: a link that leads out of its
-    folder, or something other than a regular file (None: missing, or a regular file)."""
+def wrong_kind(path: Path, what: str = "records") -> str | None:
+    """Why ``path`` is no place for ``what`` (records, claims) whatever it holds: a link that
+    leads out of its folder, or something other than a regular file (None: missing, or a
+    regular file)."""
     if path.is_symlink() and path.resolve().parent != path.parent.resolve():
-        return f"{path}: a link to {path.resolve()}, outside its folder; records are never written through it"
+        return f"{path}: a link to {path.resolve()}, outside its folder; {what} are never written through it"
     if path.exists() and not path.is_file():
-        return f"{path}: not a regular file; records go to a file of their own"
+        return f"{path}: not a regular file; {what} go to a file of their own"
     return None
 
 
@@ -243,7 +255,7 @@ def refusal(path: str | Path) -> str | None:
     folder, something other than a regular file, a file of another kind (weights, metrics,
     text). A missing or empty file, or one holding records, is ours to append to."""
     path = Path(path)
-    trouble = _wrong_kind(path)
+    trouble = wrong_kind(path)
     if trouble or not path.exists():  # nor a link's target: the first append creates it
         return trouble
     try:
@@ -273,7 +285,7 @@ def append(path: str | Path, record: Record) -> bool:
     meanwhile); returns whether it was appended. Only the lines with the record's fingerprint
     are parsed to decide."""
     path = Path(path)
-    trouble = _wrong_kind(path)  # before opening: a FIFO would block, a link would be followed
+    trouble = wrong_kind(path)  # before opening: a FIFO would block, a link would be followed
     if trouble:
         raise BytecanaryError(trouble)
     try:

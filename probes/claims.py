@@ -8,9 +8,10 @@ renews while it computes. A pair another worker holds is skipped; a claim whose 
 (its worker was killed) is taken over; a worker may take back its own claims at once, so a
 killed worker restarted under the same name goes on where it stopped.
 
-A claim line names its worker's process (host, pid) and lease. A line that does not parse is
-skipped with a warning; an expiry further ahead than its lease allows (a hand edit, a clock far
-off) counts as run out, with a warning. Two live processes under one ``--workers.name`` share the
+The claims file is refused, as the records file is, when it is a link out of its folder or no
+regular file. A claim line names its worker's process (host, pid) and lease. A line that does not
+parse is skipped with a warning; an expiry further ahead than its lease allows (a hand edit, a
+clock far off) counts as run out, with a warning. Two live processes under one ``--workers.name`` share the
 work as two workers, with a warning: a process takes back at once only the claims of its own
 process, or of a namesake on its host that no longer exists (a restart); a namesake elsewhere is
 waited out like any worker.
@@ -34,7 +35,7 @@ from typing import Any
 from bytecanary.checkpoints import process_gone
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import cut_torn_tail, named, warn
-from bytecanary.records import Identity
+from bytecanary.records import Identity, wrong_kind
 
 DEFAULT_LEASE = 120.0  # seconds a claim holds without renewal
 MAX_LEASE = 86_400.0  # a day: beyond any one pair's computation; threading's waits overflow far above
@@ -89,11 +90,19 @@ class Claims:
                 f"lease: must be more than 0 and at most {MAX_LEASE:g} seconds, got {lease!r}"
             )
         self.path = Path(f"{out}.claims")
+        self._check_kind()
         self.worker, self.lease = worker, lease
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.refused: dict[str, Holder] = {}
         """Per pair this worker last failed to claim, who held it then."""
         self._warned: set[int | tuple[str | None, int | None]] = set()
+
+    def _check_kind(self) -> None:
+        """Refuse a claims file that is a link out of its folder or no regular file, as the
+        records file is refused: each update would cut and append to whatever it leads to."""
+        trouble = wrong_kind(self.path, "claims")
+        if trouble:
+            raise BytecanaryError(trouble)
 
     def _warn_once(self, key: int | tuple[str | None, int | None], message: str) -> None:
         if key not in self._warned:
@@ -167,6 +176,7 @@ class Claims:
         else release those this process holds (an expiry of 0). Returns, per pair, whether this
         process holds it."""
         keys = [json.dumps(list(pair)) for pair in pairs]
+        self._check_kind()  # at each update too: the file may have been swapped for a link meanwhile
         try:
             with open(self.path, "a+b") as f:
                 fcntl.flock(f, fcntl.LOCK_EX)

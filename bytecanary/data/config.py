@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bytecanary.data.languages import LANGUAGES
+from bytecanary.io import one_folder
 
 
 @dataclass
@@ -171,6 +172,7 @@ class DataConfig:
     """Everything ``bytecanary prepare`` needs; each stage hashes the part it reads."""
 
     name: str
+    """The data folder's name: ``prepare`` writes ``data/<name>`` unless given ``--out``."""
     mixture: dict[str, float]
     """Share of training tokens per language (the paper: en 0.1, ja/ko/zh 0.3)."""
     sources: list[SourceConfig]
@@ -188,6 +190,8 @@ class DataConfig:
     (a chunk's shard is about half its size in tokens)."""
 
     def __post_init__(self) -> None:
+        if not one_folder(self.name):
+            raise ValueError(f"name: must name one folder under data/, got {self.name!r}")
         unknown = [lang for lang in self.mixture if lang not in LANGUAGES]
         if unknown:
             raise ValueError(f"mixture: unknown language {unknown[0]!r}")

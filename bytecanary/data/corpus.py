@@ -86,18 +86,22 @@ def synthetic_documents(lang: Language, src: SyntheticSource, seed: int) -> Iter
 
 
 def _check_utf8(path: Path, where: str) -> None:
-    """Fail on the first non-UTF-8 byte of a local text file, naming file and offset."""
+    """Fail on the first non-UTF-8 byte of a local text file, naming file, offset and line."""
     decoder = codecs.getincrementaldecoder("utf-8")()
-    offset = 0
+    offset, lines = 0, 0  # bytes and newlines before this chunk
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
             try:
                 decoder.decode(chunk)
             except UnicodeDecodeError as err:
+                # err.object: the decoder's held bytes (an unfinished character, no newline), then chunk
+                at = offset - (len(err.object) - len(chunk)) + err.start
+                line = lines + err.object[: err.start].count(b"\n") + 1
                 raise BytecanaryError(
-                    f"{where}: {path} is not UTF-8 (byte {offset + err.start}: {err.reason})"
+                    f"{where}: {path} is not UTF-8 (byte {at}, line {line}: {err.reason})"
                 ) from None
             offset += len(chunk)
+            lines += chunk.count(b"\n")
     try:
         decoder.decode(b"", final=True)
     except UnicodeDecodeError:
@@ -191,9 +195,18 @@ def source_files(src: FilesSource, where: str) -> list[Path]:
 
 
 def _json_rows(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of a JSONL file; a line that is not UTF-8 or not JSON is an error
+    naming it (read as bytes: no UTF-8 character holds a newline byte)."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+    offset = 0
+    with opener(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                at = offset + err.start
+                raise BytecanaryError(f"{path}: line {number}: not UTF-8 (byte {at}: {err.reason})") from None
+            offset += len(raw)
             if line.strip():
                 try:
                     yield number, json.loads(line)
@@ -224,12 +237,9 @@ def file_documents(path: Path, column: str) -> Iterator[tuple[int, str]]:
         rows = _parquet_texts(path, column)
     else:
         rows = ((n, row.get(column) if isinstance(row, dict) else None) for n, row in _json_rows(path))
-    try:
-        for number, text in rows:
-            if not isinstance(text, str):
-                kind = "nothing" if text is None else type(text).__name__
-                raise BytecanaryError(f"{path}: row {number}: text_column {column!r} holds {kind}, not text")
-            if text.strip():
-                yield number, text
-    except UnicodeDecodeError as err:
-        raise BytecanaryError(f"{path}: not UTF-8 ({err.reason})") from None
+    for number, text in rows:
+        if not isinstance(text, str):
+            kind = "nothing" if text is None else type(text).__name__
+            raise BytecanaryError(f"{path}: row {number}: text_column {column!r} holds {kind}, not text")
+        if text.strip():
+            yield number, text

@@ -2,12 +2,14 @@
 
 Each stage writes into a temporary folder that replaces ``<out>/<stage>`` only when the
 stage has finished, with ``stage.json`` recording the hash of everything it read (its
-config slice and the hashes of the stages before it). A rerun skips every stage whose
-hash still matches and whose files are all there, so a folder prepared by an older
-version gains the files it lacks, and no stage ever leaves a half-written file. The
-corpus and shard stages run as parallel tasks (``engine``) in a task folder kept until
-the stage is done: a killed run resumes at the tasks it had not finished. The eval sets
-are the UTF-8 probes' Level 0 / Level 1 sets and the embedded MCQA pool (``wordcomp``).
+config slice and the hashes of the stages before it) and every file the stage wrote. A
+rerun skips every stage whose hash still matches and whose files are all there, so a folder
+prepared by an older version gains the files it lacks, and no stage ever leaves a
+half-written file. Only folders prepare made are replaced, one prepare at a time
+(``ownership``). The corpus and shard stages run as parallel tasks (``engine``) in a task
+folder kept until the stage is done: a killed run resumes at the tasks it had not finished.
+The eval sets are the UTF-8 probes' Level 0 / Level 1 sets and the embedded MCQA pool
+(``wordcomp``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from tqdm.auto import tqdm
 
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.config import load_config
-from bytecanary.data import collect, engine, evalsets, mixture, shards, wordcomp
+from bytecanary.data import collect, engine, evalsets, mixture, ownership, shards, wordcomp
 from bytecanary.data.chunks import leading, split_chunks, split_documents
 from bytecanary.data.config import DataConfig
 from bytecanary.data.corpus import source_name
@@ -36,7 +38,7 @@ from bytecanary.data.tokenizer import save_tokenizer, train_tokenizer
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_dir, check_output, link_or_copy, read_json, warn, write_json
 
-STAGE_FILE = "stage.json"
+STAGES = ("corpus", "tokenizer", "shards", "snapshot", "evalsets")  # run_stage's names, in order
 
 
 def _hash(obj: object) -> str:
@@ -51,7 +53,7 @@ def run_stage(
     stage writes more files). ``task_dir`` outlives a killed run of the same key."""
     stage_dir = out / name
     digest = _hash(key)
-    meta_path = stage_dir / STAGE_FILE
+    meta_path = stage_dir / ownership.STAGE_FILE
     if meta_path.exists():
         try:
             meta = read_json(meta_path)
@@ -68,8 +70,9 @@ def run_stage(
     start = time.perf_counter()
     with atomic_dir(stage_dir) as tmp:
         info = build(tmp, task_dir)
-        meta = {"hash": digest, "seconds": round(time.perf_counter() - start, 1), **info}
-        write_json(tmp / STAGE_FILE, meta)
+        seconds = round(time.perf_counter() - start, 1)
+        meta = {"hash": digest, "seconds": seconds, **info, "contents": ownership.contents(tmp)}
+        write_json(tmp / ownership.STAGE_FILE, meta)
     shutil.rmtree(task_dir, ignore_errors=True)
     print(f"[{name}] done in {meta['seconds']:.1f} s")
     return meta
@@ -241,8 +244,21 @@ def prepare(
     cfg = load_config(DataConfig, config_path)
     run = run or Parallel()
     run.processes()  # a bad count stops here, before any stage
+    if out is not None and not str(out).strip():  # Path("") is the working directory
+        raise BytecanaryError("prepare: --out is empty; give a folder (unset, it is data/<config name>)")
     out = check_output(Path(out) if out is not None else Path("data") / cfg.name, folder=True)
     out.mkdir(exist_ok=True)
+    with ownership.hold(out):
+        ownership.check_stages(out, STAGES)
+        tok, evals = _stages(cfg, out, run)
+        print(summary(cfg, out, tok, evals))
+        if verify:
+            print(f"[shards] verified {shards.verify(out / 'shards')} shard files against index.json")
+    return out
+
+
+def _stages(cfg: DataConfig, out: Path, run: Parallel) -> tuple[dict, dict]:
+    """Every stage in order, each skipped when up to date; the tokenizer's and eval sets' infos."""
     corpus_key = {
         "seed": cfg.seed,
         "val_fraction": cfg.val_fraction,
@@ -278,10 +294,7 @@ def prepare(
         lambda tmp, _: _evalsets(cfg, out / "corpus", out / "snapshot", out / "tokenizer", tmp),
         eval_files,
     )
-    print(summary(cfg, out, tok, evals))
-    if verify:
-        print(f"[shards] verified {shards.verify(out / 'shards')} shard files against index.json")
-    return out
+    return tok, evals
 
 
 def summary(cfg: DataConfig, out: Path, tok: dict, evals: dict) -> str:

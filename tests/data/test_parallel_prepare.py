@@ -232,7 +232,7 @@ def test_bad_files_among_many_are_named_the_others_finish_and_only_they_rerun(tm
     assert main(["prepare", "--config", str(config), "--out", str(out), "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == "error: [corpus] 2 of 7 items failed (each named above); fix them and rerun"
-    assert err[0] == f"[corpus] {folder / '2.jsonl'}: not UTF-8 (invalid start byte)"
+    assert err[0] == f"[corpus] {folder / '2.jsonl'}: line 1: not UTF-8 (byte 10: invalid start byte)"
     assert err[1] == f"[corpus] {folder / '4.jsonl'}: row 2: text_column 'text' holds nothing, not text"
     (tasks,) = out.glob(".corpus.*.tasks")
     assert len(list((tasks / "results").iterdir())) == 5 and not (out / "corpus").exists()

@@ -15,11 +15,9 @@ from transformers import AutoTokenizer
 from bytecanary.data import evalsets, wordcomp
 from bytecanary.data.chunks import split_documents
 from bytecanary.data.languages import LANGUAGES
-from bytecanary.data.prepare import prepare
+from bytecanary.data.prepare import STAGES, prepare
 
 from ..conftest import SMALL, write_config
-
-STAGES = ["corpus", "tokenizer", "shards", "snapshot", "evalsets"]
 
 
 def _index(data: Path) -> dict:
@@ -105,6 +103,10 @@ def test_level1_sentences_come_from_heldout_text(small_data):
             assert s.source == "template" or s.sentence_prompt in val_text
         if lang != "en":
             assert sum(s.source == "heldout" for s in mine) > len(mine) // 2
+
+
+def test_the_stages_prepare_owns_are_the_folders_it_writes(small_data):
+    assert sorted(p.name for p in small_data.iterdir() if p.is_dir()) == sorted(STAGES)
 
 
 def test_rerun_is_a_no_op(small_data, capsys):
