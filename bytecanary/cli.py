@@ -21,7 +21,7 @@ from typing import Any, Literal
 from docstring_parser import parse as parse_docstring
 from jsonargparse import ArgumentError, ArgumentParser
 
-from bytecanary.config import parse_error
+from bytecanary.config import flag_names, parse_error
 from bytecanary.data.parallel import Parallel
 from bytecanary.errors import BytecanaryError
 from bytecanary.flags import arguments, command_parser, modernize
@@ -165,6 +165,19 @@ def _set_threads(threads: int | None) -> None:
     torch.set_num_threads(threads)
 
 
+def probe_names(probes: str | None) -> list[str] | None:
+    """The names ``--probes`` lists (None: unset); an empty one (``--probes ,``) is refused,
+    as it would otherwise leave the default probes to run unasked."""
+    if probes is None:
+        return None
+    names = [name.strip() for name in probes.split(",")]
+    if not all(names):
+        raise BytecanaryError(
+            f"--probes: {probes!r} holds an empty probe name; give comma-separated names, e.g. level0,level1"
+        )
+    return names
+
+
 def probe(paths: list[str], *, options: ProbeOptions) -> int:
     """Attach probes to existing checkpoints.
 
@@ -180,6 +193,7 @@ def probe(paths: list[str], *, options: ProbeOptions) -> int:
     """
     if not paths and not options.watch:
         raise BytecanaryError("probe: give at least one PATH or --watch DIR")
+    names = probe_names(options.probes)
     from bytecanary.probes.registry import load_probes
     from bytecanary.probes.runner import Job, probe_specs, run, training_run
     from bytecanary.report.summary import add_mcqa_series, summary
@@ -187,7 +201,6 @@ def probe(paths: list[str], *, options: ProbeOptions) -> int:
 
     load_probes()
     _set_threads(options.threads)
-    names = [p.strip() for p in options.probes.split(",") if p.strip()] if options.probes else None
     lease = options.workers.lease
     job = Job(
         out=options.out,
@@ -273,11 +286,17 @@ def _parse(argv: list[str]) -> tuple[Callable[..., int], dict[str, Any]]:
     args, notes = modernize(argv[1:], flags)
     for note in notes:
         print(note, file=sys.stderr)
-    return command, arguments(command, parser, parser.parse_args(args))
+    try:
+        values = parser.parse_args(args)
+    except ArgumentError as err:  # worded here, where the parser's flags are known
+        raise ArgumentError(None, parse_error(str(err), flag_names(parser))) from None
+    return command, arguments(command, parser, values)
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="bytecanary", description=DESCRIPTION, exit_on_error=False)
+    parser = ArgumentParser(
+        prog="bytecanary", description=DESCRIPTION, exit_on_error=False, allow_abbrev=False
+    )
     subcommands = parser.add_subcommands(metavar="COMMAND", dest="command")
     for name, func in COMMANDS.items():
         summary = parse_docstring(func.__doc__ or "").short_description

@@ -13,13 +13,14 @@ words jsonargparse's errors as one line.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import functools
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,12 +73,43 @@ def _type_name(hint: str) -> str:
     return re.sub(r"<class '([\w.]+)'>", r"\1", hint)
 
 
-def parse_error(message: str) -> str:
+def flag_names(parser: ArgumentParser) -> list[str]:
+    """Every ``--flag`` of ``parser``, nested ones (``--trainer.max_steps``) included."""
+    return [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
+
+
+def _given(text: str) -> str:
+    """A value as jsonargparse prints it (``str(value)``), with its type where the text alone
+    would pass for a string: ``2023 (an int)``, ``[1, 2] (a list)``, but ``'abc'``."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return repr(text)
+    if isinstance(value, str):
+        return repr(text)
+    if value is None:
+        return "null"
+    kind = _name(type(value))
+    return f"{text} ({'an' if kind[0] in 'aeiou' else 'a'} {kind})"
+
+
+def _unrecognized(message: str, flags: Iterable[str]) -> str:
+    """argparse's ``unrecognized arguments: ...`` with the flag nearest the first one, as a
+    misspelt flag is never taken for another (``allow_abbrev=False``)."""
+    first = next((t for t in message.split(":", 1)[1].split() if t.startswith("--")), None)
+    names = [flag.removeprefix("--") for flag in flags]  # the dashes alone make any two flags alike
+    near = difflib.get_close_matches(first.split("=")[0][2:], names, n=1) if first else []
+    return f"{message} (did you mean --{near[0]}?)" if near else message
+
+
+def parse_error(message: str, flags: Iterable[str] = ()) -> str:
     """jsonargparse's many-line message about a bad value as one line naming the field:
-    ``run.wandb_detail: expected one of 'tables', 'scalars', got 'bogus'``."""
+    ``run.wandb_detail: expected one of 'tables', 'scalars', got 'bogus'``; an unknown flag
+    with the nearest of the parser's ``flags``."""
     m = _PARSER_KEY.match(message.strip())
     if m is None:  # unrecognized arguments, a bad config file, ...
-        return " ".join(message.split())
+        line = " ".join(message.split())
+        return _unrecognized(line, flags) if line.startswith("unrecognized arguments:") else line
     key, rest = m.groups()
     own = _OWN_WORDS.match(rest)
     if own is not None:  # it names its own field (``bytecanary.probes.specs.ProbeSpec``)
@@ -86,7 +118,7 @@ def parse_error(message: str) -> str:
     if not expected or given is None:
         return f"{key}: {' '.join(rest.split())}"
     names = " or ".join(dict.fromkeys(_type_name(t.strip()) for t in expected))
-    return f"{key}: expected {names}, got {given.group(1).strip()!r}"
+    return f"{key}: expected {names}, got {_given(given.group(1).strip())}"
 
 
 def load_config(cls: type[T], path: str | Path) -> T:

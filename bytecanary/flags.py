@@ -34,7 +34,7 @@ def command_parser(func: Callable[..., int]) -> tuple[ArgumentParser, dict[str, 
     doc = parse_docstring(func.__doc__ or "")
     helps = {p.arg_name: p.description for p in doc.params}
     description = "\n\n".join(d for d in (doc.short_description, doc.long_description) if d)
-    parser = ArgumentParser(description=description, exit_on_error=False)
+    parser = ArgumentParser(description=description, exit_on_error=False, allow_abbrev=False)
     hints = typing.get_type_hints(func)
     flags: dict[str, Any] = {}
     for name, param in inspect.signature(func).parameters.items():

@@ -21,8 +21,10 @@ so a misconfigured probe is one error line and nothing trains. A step's probes f
 its validation (if it has one) is logged. At every (re)start the run's
 existing checkpoints that lack a record of some probe (the run was killed during its
 probes, or a probe was added) are probed from their files, so restarts converge to a
-complete records file. Later, a probe that raises is recorded as failed and training goes
-on, unless ``strict``.
+complete records file; with the run's ``metrics`` log, the records it lacks the cells of (a
+kill between a record and its row, rows cut back to the resumed step) are logged again, so
+it converges too. Later, a probe that raises is recorded as failed and training goes on,
+unless ``strict``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tqdm.auto import tqdm
 
 from bytecanary import keys, records
 from bytecanary.errors import BytecanaryError
+from bytecanary.io import read_jsonl, warn
 from bytecanary.probes.inputs import Inputs
 from bytecanary.probes.numerics import probe_dtype
 from bytecanary.probes.pipeline import Pipeline
@@ -69,6 +72,7 @@ class ProbeCallback(Checkpoint):
         out: str | Path | None = None,
         source: str | None = None,
         dtype: str = "auto",
+        metrics: str | Path | None = None,
     ) -> None:
         """
         Args:
@@ -80,10 +84,16 @@ class ProbeCallback(Checkpoint):
             source: where ``probes`` came from (a YAML path), named by a bad spec's error.
             dtype: what the probe model computes in: auto (bfloat16 on CUDA, else float32),
                 float32 or bfloat16, as ``bytecanary probe --dtype``.
+            metrics: the run's metrics log (``JsonlLogger``'s file): at training start, the
+                records it lacks the cells of are logged again (None: never looked at).
         """
         self.probes = build_probes([p.spec if isinstance(p, ProbeSpec) else p for p in probes], source)
         self.every_tokens, self.strict, self.out, self.source = every_tokens, strict, out, source
         self.dtype = dtype
+        self.metrics = Path(metrics) if metrics is not None else None
+        self._logging = metrics is None
+        """Whether a record is logged as it is appended: with ``metrics``, from training's start
+        on, when ``_restore`` has logged those appended before (the catch-up's)."""
         self.pipeline: Pipeline | None = None
         """Built at fit start, when the records file and the device are known."""
         self._inputs: Inputs | None = None
@@ -149,6 +159,31 @@ class ProbeCallback(Checkpoint):
         todo = trainer.strategy.broadcast(self.missing(folder) if trainer.is_global_zero else None, src=0)
         for target, indices in todo:
             self._fire(target, indices, catching_up=True)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        """Lightning runs checkpoint callbacks last, so the metrics log is already cut back to
+        the resumed step (``TruncateMetricsOnStart``) here."""
+        self._restore(trainer)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self._restore(trainer)  # a resume with no step left to train has no training start
+
+    def _restore(self, trainer) -> None:
+        """Log each record of this run's training (no ``worker``) whose cells the metrics log
+        lacks, at its own step, once; then log records as they are appended."""
+        if self._logging:
+            return
+        self._logging = True
+        if not trainer.is_global_zero:
+            return
+        rows = read_jsonl(self.metrics, on_bad=warn) if self.metrics.exists() else []
+        made = [
+            r
+            for r in records.read(self.pipeline.out)
+            if r.worker is None and r.metrics and r.step is not None
+        ]
+        for record in unlogged(made, rows):
+            self._log(record)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -224,13 +259,39 @@ class ProbeCallback(Checkpoint):
             for logger in self._trainer.loggers:
                 logger.log_metrics(row, step=context.step)
 
+    def _log(self, record: Record) -> None:
+        """Log the record's metrics with ``tokens_seen`` at its step."""
+        extra = {keys.TOKENS_SEEN: record.tokens_seen} if record.tokens_seen is not None else {}
+        for logger in self._trainer.loggers:
+            logger.log_metrics({**record.metrics, **extra}, step=record.step)
+
     def _publish(self, record: Record) -> None:
-        """Log the record's metrics with ``tokens_seen`` and say how it went (above the
-        progress bar); failures are warned about by the pipeline."""
-        if record.metrics:
-            extra = {keys.TOKENS_SEEN: record.tokens_seen} if record.tokens_seen is not None else {}
-            for logger in self._trainer.loggers:
-                logger.log_metrics({**record.metrics, **extra}, step=record.step)
+        """Log the record's metrics (from training's start on: ``_restore``) and say how it
+        went (above the progress bar); failures are warned about by the pipeline."""
+        if record.metrics and self._logging:
+            self._log(record)
         if not record.error:
             where = f"probe {record.probe} at step {record.step}: {record.seconds:.1f} s"
             tqdm.write(f"{where}, {len(record.metrics)} metrics")
+
+
+def _holds(row: dict[str, Any], metrics: dict[str, Any]) -> bool:
+    """Whether a metrics-log row holds every cell of a record (NaN, as JSON writes it, equals NaN)."""
+    return all(k in row and (row[k] == v or (row[k] != row[k] and v != v)) for k, v in metrics.items())
+
+
+def unlogged(made: list[Record], rows: list[dict[str, Any]]) -> list[Record]:
+    """The records of ``made`` whose cells no row of ``rows`` (a metrics log) holds at their
+    step; each row stands for one record, so a probe listed twice needs two rows."""
+    by_step: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_step.setdefault(row.get(keys.STEP), []).append(row)
+    missing = []
+    for record in made:
+        candidates = by_step.get(record.step, [])
+        hit = next((i for i, row in enumerate(candidates) if _holds(row, record.metrics)), None)
+        if hit is None:
+            missing.append(record)
+        else:
+            candidates.pop(hit)
+    return missing

@@ -41,10 +41,11 @@ from bytecanary.probes.claims import (
     DEFAULT_LEASE,
     MAX_LEASE,
     Claims,
+    clock,
 )
 from bytecanary.probes.dist import default_worker, is_lead, worker_device
 from bytecanary.probes.inputs import check_inputs
-from bytecanary.probes.liveness import NOTE_EVERY, Rate, stopped, waiting_line
+from bytecanary.probes.liveness import NOTE_EVERY, RESTART_GRACE, Rate, stopped, waiting_line
 from bytecanary.probes.numerics import check_device, probe_dtype
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import PROBES, probe_class
@@ -177,13 +178,18 @@ def follow(
     as it lands, in step order, until the run has finished (``finished.json`` of the attempt
     that trained last, and its last step's weights file there) and every checkpoint is probed
     or tried, or until Ctrl-C. A training that stopped without finishing (``_stopped``) ends
-    the watch with one error: a sidecar job always ends by itself."""
+    the watch with one error: a sidecar job always ends by itself. The marker of a training
+    that started before the watch, found before the watch saw the run unfinished, counts only
+    after ``RESTART_GRACE``: a resume launched beside the sidecar makes it stale seconds later."""
+    began = time.time()
     appeared(folder, idle_limit, interval)
     print(
         f"watching {folder} for new checkpoints (until its run finishes or its training stops, or Ctrl-C)",
         flush=True,
     )
     since, made = time.time(), []
+    until: float | None = None  # when a marker found at the start counts (None: none found)
+    seen_unfinished = False
     notes, once = Rate(NOTE_EVERY), warn_once()
     try:
         for fresh in watch(folder, interval):
@@ -191,12 +197,21 @@ def follow(
                 made += probe_targets(pipeline, loader, fresh, retry=True)
                 continue
             step = finished_step(folder, on_bad=once)
+            beat = reported(read_heartbeat, folder, once)
             targets = in_folder(folder)
             if step is not None and any(target.step_hint == step for target in targets):
+                if not seen_unfinished and (beat is None or beat.started < began):  # maybe a resume starts
+                    until = until or time.time() + min(idle_limit, RESTART_GRACE)
+                    if time.time() < until:
+                        notes.say(
+                            f"waiting: the run finished at step {step} before this watch began; "
+                            f"ending at {clock(until)} unless a resumed training takes it on"
+                        )
+                        continue
                 made += complete(pipeline, loader, targets, wait)
                 print(f"the run finished at step {step}: every checkpoint is probed")
                 break
-            beat = reported(read_heartbeat, folder, once)
+            seen_unfinished = seen_unfinished or step is None
             why = stopped(folder, beat, since, idle_limit)
             if why is not None:
                 early = (

@@ -271,12 +271,38 @@ def latest_checkpoint(folder: Path) -> Path | None:
 
 SHAPE = ("n_layer", "n_head", "n_embd", "n_positions")  # what a full state's weights must fit
 
+# Training settings a resume may change, each said in a warning, and whether the restored state
+# keeps the checkpoint's value whatever the config says: the optimizer's param groups (lr,
+# betas, weight decay; the scheduler's base lr) and the RNG state are restored whole.
+SETTINGS = {
+    "model.optim.lr": True,
+    "model.optim.beta1": True,
+    "model.optim.beta2": True,
+    "model.optim.weight_decay": True,
+    "model.optim.warmup_steps": False,
+    "model.optim.min_lr_ratio": False,
+    "model.arch.dropout": False,
+    "data.batch_size": False,
+    "data.seed": False,
+    "trainer.accumulate_grad_batches": False,
+    "seed_everything": True,
+}
 
-def check_resumable(path: Path, hparams: Mapping[str, Any]) -> None:
+
+def _at(config: Mapping[str, Any], field: str) -> Any:
+    """The value of a dotted ``field`` of a nested config; None where it is absent."""
+    for key in field.split("."):
+        config = config.get(key) if isinstance(config, Mapping) else None
+    return config
+
+
+def check_resumable(path: Path, hparams: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
     """The full state ``path`` holds weights of the shape ``hparams`` (the module's) builds:
     a resume with another shape is one line naming the field and both values, before the run
-    folder is touched (else Lightning's load fails deep inside fit, after the run changed)."""
-    saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("hyper_parameters") or {}
+    folder is touched (else Lightning's load fails deep inside fit, after the run changed).
+    Returns one line per training setting of ``config`` that differs from the checkpoint's."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    saved = ckpt.get("hyper_parameters") or {}
     arch = saved.get("arch") or {}
     pairs = [(f"model.arch.{k}", arch.get(k), hparams["arch"][k]) for k in SHAPE]
     pairs.append(("vocab_size (of the data's tokenizer)", saved.get("vocab_size"), hparams["vocab_size"]))
@@ -286,6 +312,14 @@ def check_resumable(path: Path, hparams: Mapping[str, Any]) -> None:
                 f"run.resume: {field} is {now} here but {was} in {path}: resume with the run's own "
                 "config, or start another --run.name"
             )
+    before = (ckpt.get("bytecanary") or {}).get("config") or {}
+    changed = []
+    for field, kept in SETTINGS.items():
+        was, now = _at(before, field), _at(config, field)
+        if was is not None and was != now:
+            goes_on = f"the restored state keeps {was}" if kept else f"training goes on with {now}"
+            changed.append(f"run.resume: {field} is {now} here but {was} in {path}; {goes_on}")
+    return changed
 
 
 @contextmanager
@@ -310,15 +344,24 @@ def hold_run(run_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def check_tokenizer(source: Path, run_dir: Path) -> None:
+    """The run's copy of the tokenizer, if it has one, is the data's (``source``): one that
+    differs means another tokenizer trained this run, refused before the run folder changes,
+    not swapped in silently under the old checkpoints."""
+    target = run_dir / "tokenizer"
+    if (
+        target.exists()
+        and (target / "tokenizer.json").read_bytes() != (source / "tokenizer.json").read_bytes()
+    ):
+        raise BytecanaryError(f"{target}: differs from {source}: this run was trained with another tokenizer")
+
+
 def keep_tokenizer(source: Path, run_dir: Path, copy: bool = True) -> str:
-    """Copy the tokenizer folder into the run (``copy``: rank 0 only), so its checkpoints load
-    from any working directory, after the data folder moved; returns the path checkpoints
-    store, relative to the checkpoints folder. A copy that differs means another tokenizer
-    trained this run: an error, not a silent swap under the old checkpoints."""
+    """Copy the tokenizer folder into the run (``copy``: rank 0 only; ``check_tokenizer``
+    refused another one), so its checkpoints load from any working directory, after the data
+    folder moved; returns the path checkpoints store, relative to the checkpoints folder."""
     target = run_dir / "tokenizer"
     if copy and not target.exists():
         with atomic_dir(target) as tmp:
             shutil.copytree(source, tmp, dirs_exist_ok=True)
-    elif copy and (target / "tokenizer.json").read_bytes() != (source / "tokenizer.json").read_bytes():
-        raise BytecanaryError(f"{target}: differs from {source}: this run was trained with another tokenizer")
     return os.path.relpath(target, run_dir / "checkpoints")

@@ -14,6 +14,7 @@ import logging
 import pydoc
 import sys
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -25,22 +26,23 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from bytecanary import records
 from bytecanary.checkpoints import FINISHED, probe_checkpoints, training_states
-from bytecanary.config import parse_error, read_yaml
+from bytecanary.config import flag_names, parse_error, read_yaml
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import atomic_path, check_output, remove_stale_temps, write_json
+from bytecanary.io import atomic_path, check_output, remove_stale_temps, warn, write_json
 from bytecanary.probes.callback import ProbeCallback, ProbeSpec, live_probes_refused, sharded_strategies
 from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis, finish_wandb
 from bytecanary.train.checkpointing import (
     AtomicCheckpointIO,
     ScheduledCheckpoint,
     check_resumable,
+    check_tokenizer,
     hold_run,
     keep_tokenizer,
     latest_checkpoint,
 )
 from bytecanary.train.datamodule import ShardDataModule
 from bytecanary.train.heartbeat import beating
-from bytecanary.train.loggers import JsonlLogger, TruncateMetricsOnStart, make_wandb_logger
+from bytecanary.train.loggers import JsonlLogger, TruncateMetricsOnStart, keep_wandb_id, make_wandb_logger
 from bytecanary.train.model import ArchConfig, OptimConfig
 from bytecanary.train.module import ByteLM
 from bytecanary.train.throughput import PerfMonitor
@@ -103,10 +105,13 @@ class BytecanaryCLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         """A bad value is one line naming the field, not jsonargparse's usage block; a bad
         probe spec names the config file it is in, as ``bytecanary probe`` does."""
+        for path in _config_flags(args):  # one line for a file jsonargparse fails to decode
+            if path is not None and Path(path).is_file():  # else jsonargparse reads YAML text
+                read_yaml(path)
         try:
             super().parse_arguments(parser, args)
         except ArgumentError as err:
-            message = parse_error(str(err))
+            message = parse_error(str(err), flag_names(parser))
             if message.startswith("probes: "):
                 message = f"{probes_source(args)}: {message}"
             raise BytecanaryError(message) from err
@@ -146,6 +151,7 @@ class BytecanaryCLI(LightningCLI):
                 run.probe_strict,
                 source=probes_source(self._argv),
                 dtype=run.probe_dtype,
+                metrics=run.dir / "metrics.jsonl",
             )
             data_dir = Path(self.config["data"]["data_dir"])
             if (data_dir / "tokenizer").is_dir():  # else the data module says what is missing
@@ -181,25 +187,35 @@ class BytecanaryCLI(LightningCLI):
         )
         trainer = super().instantiate_trainer(**kwargs)
         self.datamodule.check_repeats(trainer)
-        if run.wandb:  # after the check: its logger writes the run's W&B id into the run folder
+        if run.wandb:
             wandb = make_wandb_logger(run.dir, run.name, run.wandb_project, run.experiment, run.wandb_detail)
             trainer.loggers = [*trainer.loggers, wandb]
         return trainer
 
 
-def probes_source(args: list[str] | None) -> str:
-    """Where the ``probes`` list of a training command line comes from: the last ``--config``
-    file that sets it or a later ``--probes`` flag (later ones win)."""
+def _config_flags(args: list[str] | None) -> Iterator[str | None]:
+    """The file of each ``--config`` flag of a training command line, and None for each
+    ``--probes`` flag, in order."""
     argv = sys.argv[1:] if args is None else list(args)
-    source = "--probes"
     for flag, value in zip(argv, [*argv[1:], ""], strict=True):
         inline = flag.removeprefix("--config=")
         if flag == "--probes" or flag.startswith("--probes="):
+            yield None
+        elif flag == "--config":
+            yield value
+        elif inline != flag:
+            yield inline
+
+
+def probes_source(args: list[str] | None) -> str:
+    """Where the ``probes`` list of a training command line comes from: the last ``--config``
+    file that sets it or a later ``--probes`` flag (later ones win)."""
+    source = "--probes"
+    for path in _config_flags(args):
+        if path is None:
             source = "--probes"
-        elif flag == "--config" and _sets_probes(value):
-            source = value
-        elif inline != flag and _sets_probes(inline):
-            source = inline
+        elif _sets_probes(path):
+            source = path
     return source
 
 
@@ -287,7 +303,12 @@ def make_cli(args: list[str] | None, cli_class: type[BytecanaryCLI] = Bytecanary
         auto_configure_optimizers=False,
         trainer_defaults=TRAINER_DEFAULTS,
         seed_everything_default=0,
-        parser_kwargs={"prog": "bytecanary train", "default_config_files": [], "exit_on_error": False},
+        parser_kwargs={
+            "prog": "bytecanary train",
+            "default_config_files": [],
+            "exit_on_error": False,
+            "allow_abbrev": False,
+        },
     )
 
 
@@ -324,39 +345,46 @@ def main(args: list[str] | None = None) -> int:
         cli.config["run"].resume = False
     trainer = cli.trainer
     config = cli.parser.dump(cli.config, skip_none=False)
-    if last is not None:
-        check_resumable(last, cli.model.hparams)
+    changed = check_resumable(last, cli.model.hparams, yaml.safe_load(config)) if last is not None else []
+    check_tokenizer(cli.datamodule.tokenizer_dir, run.dir)
     if cli.config["probes"] and run.probe_in_loop:
         records.check_file(run.dir / "probes.jsonl")
-    # checked above; from here on the run folder is this process's to change
-    lock = hold_run(run.dir) if trainer.is_global_zero else contextlib.nullcontext()
-    with lock:
-        return _train(cli, run, last, config)
+    zero = trainer.is_global_zero
+    # checked above; from here on the run folder is this process's to change, the marker and the
+    # heartbeat first, so a sidecar started beside this resume watches on
+    with hold_run(run.dir) if zero else contextlib.nullcontext():
+        if zero:
+            for line in changed:
+                warn(line)
+            (run.dir / FINISHED).unlink(missing_ok=True)
+        with beating(run.dir, writes=zero) as attempt:
+            return _train(cli, run, last, config, attempt)
 
 
-def _train(cli: BytecanaryCLI, run: RunConfig, last: Path | None, config: str) -> int:
-    """Write the run's config and train; the caller checked the inputs and holds the run."""
+def _train(cli: BytecanaryCLI, run: RunConfig, last: Path | None, config: str, attempt: str) -> int:
+    """Write the run's config and train; the caller checked the inputs, holds the run and beats
+    as ``attempt``, which ``finished.json`` names at the end."""
     trainer = cli.trainer
+    wandb_logger = next((lg for lg in trainer.loggers if not isinstance(lg, JsonlLogger)), None)
     if trainer.is_global_zero:
-        (run.dir / FINISHED).unlink(missing_ok=True)  # training again: a sidecar watches on
         stale = [p for folder in (run.dir, run.dir / "checkpoints") for p in remove_stale_temps(folder)]
         if stale:
             rank_zero_info(f"removed {len(stale)} temp files left by a killed run in {run.dir}")
         with atomic_path(run.dir / "config.yaml") as tmp:
             tmp.write_text(config, encoding="utf-8")
+        if wandb_logger is not None:
+            keep_wandb_id(run.dir, wandb_logger)
     cli.model.tokenizer_path = keep_tokenizer(cli.datamodule.tokenizer_dir, run.dir, trainer.is_global_zero)
     cli.model.run_config = yaml.safe_load(config)  # plain types: checkpoints stay weights_only
     rank_zero_info(trainer.checkpoint_callback.disk_plan(cli.model.model, trainer.max_steps))
-    wandb_logger = next((lg for lg in trainer.loggers if not isinstance(lg, JsonlLogger)), None)
     try:
-        with beating(run.dir, writes=trainer.is_global_zero) as attempt:  # a sidecar knows it runs
-            if wandb_logger is not None and trainer.is_global_zero:
-                define_tokens_seen_axis(wandb_logger.experiment)
-                wandb_logger.log_hyperparams(cli.model.run_config)
-            trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=str(last) if last else None)
-            if trainer.is_global_zero and trainer.global_step >= trainer.max_steps > 0:
-                done = {"step": trainer.global_step, "tokens_seen": cli.model.tokens_seen, "attempt": attempt}
-                write_json(run.dir / FINISHED, done)
+        if wandb_logger is not None and trainer.is_global_zero:
+            define_tokens_seen_axis(wandb_logger.experiment)
+            wandb_logger.log_hyperparams(cli.model.run_config)
+        trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=str(last) if last else None)
+        if trainer.is_global_zero and trainer.global_step >= trainer.max_steps > 0:
+            done = {"step": trainer.global_step, "tokens_seen": cli.model.tokens_seen, "attempt": attempt}
+            write_json(run.dir / FINISHED, done)
     finally:
         if wandb_logger is not None and trainer.is_global_zero:
             sync = finish_wandb()

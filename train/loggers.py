@@ -19,7 +19,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from bytecanary import keys
 from bytecanary.io import atomic_path, read_jsonl
-from bytecanary.tracking import Detail, WandbView, wandb_mode
+from bytecanary.tracking import WANDB_ID, Detail, WandbView, wandb_mode
 
 
 class JsonlLogger(Logger):
@@ -108,15 +108,11 @@ class HeadlineWandbLogger(WandbLogger):
 def make_wandb_logger(
     run_dir: Path, name: str, project: str, group: str | None, detail: Detail = "tables"
 ) -> WandbLogger:
-    """A W&B logger writing under ``run_dir/wandb``; the run id is kept in ``run_dir``
-    so a resumed run continues the same W&B run."""
-    id_file = run_dir / "wandb_id"
-    if id_file.exists():
-        run_id = id_file.read_text().strip()
-    else:
-        run_id = secrets.token_hex(4)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        id_file.write_text(run_id + "\n")
+    """A W&B logger writing under ``run_dir/wandb``, continuing the W&B run whose id the run
+    folder keeps, else under a new id (``keep_wandb_id`` writes it once training starts: the
+    run folder changes only after every check)."""
+    id_file = run_dir / WANDB_ID
+    run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)
     mode = wandb_mode()
     return HeadlineWandbLogger(
         detail=detail,
@@ -129,3 +125,10 @@ def make_wandb_logger(
         mode=mode,
         settings={"silent": True},
     )
+
+
+def keep_wandb_id(run_dir: Path, logger: WandbLogger) -> None:
+    """Keep ``logger``'s W&B run id in the run folder, so a resumed run continues that W&B run."""
+    id_file = run_dir / WANDB_ID
+    if not id_file.exists():
+        id_file.write_text(f"{logger.version}\n")

@@ -27,6 +27,7 @@ from bytecanary.io import atomic_dir, check_output, read_jsonl, warn
 from bytecanary.records import Record, merge, read
 from bytecanary.report import analysis, figures, mcqa_trends, tier_gaps
 from bytecanary.report.analysis import Checkpoint, Convergence
+from bytecanary.report.run_state import unfinished
 from bytecanary.report.tables import Table, build_tables
 from bytecanary.tracking import (
     SIDECAR,
@@ -54,6 +55,8 @@ class RunData:
     probes: list[Record]
     config: dict[str, Any]
     left_out: list[str]
+    unfinished: str | None = None
+    """Why the run's training has not finished (``unfinished``); None once it has."""
 
 
 def check_run_dir(run_dir: str | Path) -> Path:
@@ -82,7 +85,7 @@ def load_run(run_dir: str | Path, on_bad: Callable[[str], None] = warn) -> RunDa
     config_path = run_dir / "config.yaml"
     config = _read_config(config_path) if config_path.is_file() else {}
     metrics = read_jsonl(metrics_path, on_bad=on_bad)
-    return RunData(run_dir, metrics, probe_records, config, left_out)
+    return RunData(run_dir, metrics, probe_records, config, left_out, unfinished(run_dir, metrics, on_bad))
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -142,6 +145,7 @@ def render_markdown(data: RunData, conv: Convergence, tables: list[Table], notes
     )
     parts = [
         f"# bytecanary report: {data.run_dir}\n",
+        *([f"**{data.unfinished.removeprefix('note: ')}.**\n"] if data.unfinished else []),
         f"{conv.explain()}{' (the paper reports about 2x).' if conv.ratio else '.'}\n",
         f"{conv.explain(analysis.P_VALID_KEY)}.\n",
         f"{conv.explain_tolerance()}.\n",
@@ -336,14 +340,15 @@ def write_report(
 
 
 def report_summary(run_dir: str | Path, tolerance: settling.Tolerance | None = None) -> str:
-    """A few lines for the terminal: what perplexity, V_partial and p_valid did, the ratios of
-    the two to perplexity (flat tail, and time to ``tolerance`` within this run), the tier
-    gap, the share of the run spent in probes, the report's path (after ``write_report``,
-    which warned of any bad line already)."""
+    """A few lines for the terminal: a note if the run is unfinished, what perplexity,
+    V_partial and p_valid did, the ratios of the two to perplexity (flat tail, and time to
+    ``tolerance`` within this run), the tier gap, the share of the run spent in probes, the
+    report's path (after ``write_report``, which warned of any bad line already)."""
     data = load_run(run_dir, on_bad=lambda message: None)
     cost = analysis.probe_cost(data.metrics)
     return "\n".join(
         [
+            *([data.unfinished] if data.unfinished else []),
             *ratio_lines(data.metrics, data.probes, tolerance),
             *([f"probes: {cost.describe()}"] if cost else []),
             f"report: {data.run_dir / REPORT_DIR / 'report.md'} (+ {', '.join(f'{n}.png' for n in FIGURES)})",

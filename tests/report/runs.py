@@ -151,6 +151,8 @@ def make_run(root: Path, probes: bool = True, validity: str = "converges") -> Pa
         rows += [record(t, "mcqa", mcqa(t, rng)) for t in tokens]
         rows.append(record(tokens[-1], "level0", {"probe/level0/all/all/partial": 0.0}, status="failed"))
         write_jsonl(run / "probes.jsonl", rows)
+    finished = {"step": tokens[-1] // 4096, "tokens_seen": tokens[-1]}  # as training marks its end
+    (run / "finished.json").write_text(json.dumps(finished), encoding="utf-8")
     (run / "config.yaml").write_text(
         "data: {data_dir: data/default}\nrun: {name: run, wandb_project: bytecanary}\n"
         "probes:\n- {name: level0, trial: true}\n- {name: mcqa, trial: true}\n",

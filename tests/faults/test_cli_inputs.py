@@ -1,0 +1,115 @@
+"""Hostile command lines, each one line and exit 2 before any file changes: a config that is
+not UTF-8, a value of the wrong type, an empty probe name, an abbreviated flag; and a report
+of an unfinished run says so."""
+
+import dataclasses
+import os
+import socket
+import time
+
+import pytest
+
+from bytecanary.checkpoints import FINISHED, HEARTBEAT, Heartbeat
+from bytecanary.cli import main
+from bytecanary.io import write_json
+
+from ..report.runs import make_run
+from .conftest import digests, last_error, one_error
+
+NOT_UTF8 = {"latin-1": "run:\n  name: café\n".encode("latin-1"), "random bytes": bytes(range(256))[::-1]}
+
+
+@pytest.mark.parametrize("kind", NOT_UTF8)
+def test_a_config_that_is_not_utf8_is_the_same_one_line_for_every_command(kind, tmp_path, capsys):
+    config = tmp_path / "x.yaml"
+    config.write_bytes(NOT_UTF8[kind])
+    before = digests(tmp_path)
+    lines = []
+    for args in (["train"], ["probe", str(tmp_path)], ["prepare"]):
+        capsys.readouterr()
+        assert main([*args, "--config", str(config)]) == 2
+        lines.append(one_error(capsys.readouterr().err, str(config), "not UTF-8"))
+    assert lines[0] == lines[1] == lines[2]
+    assert digests(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("2023", "2023 (an int)"),
+        ("1.5", "1.5 (a float)"),
+        ("true", "True (a bool)"),
+        ("[a]", "['a'] (a list)"),
+    ],
+)
+def test_a_value_of_another_type_names_its_type(value, said, tmp_path, micro, capsys):
+    """``got '2023'`` looks like a string already: the type is named."""
+    override = tmp_path / "name.yaml"
+    override.write_text(f"run: {{name: {value}}}\n")
+    capsys.readouterr()
+    assert main(["train", "--config", str(micro), "--config", str(override)]) == 2
+    assert last_error(capsys.readouterr().err) == f"error: run.name: expected str, got {said}"
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("names", [",", "", " ", "level0,", "level0,,level1"])
+def test_an_empty_probe_name_is_refused(names, trained, tmp_path, capsys):
+    """Not a silent run of the default probes."""
+    out = tmp_path / "p.jsonl"
+    assert main(["probe", str(trained / "checkpoints"), "--probes", names, "--out", str(out)]) == 2
+    line = one_error(capsys.readouterr().err)
+    why = "holds an empty probe name; give comma-separated names, e.g. level0,level1"
+    assert line == f"error: --probes: {names!r} {why}"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "flags", "meant"),
+    [
+        ("train", ["--trainer.max_step=3"], "--trainer.max_steps"),
+        ("train", ["--run.nam", "x"], "--run.name"),
+        ("probe", ["--prob", "level0"], "--probes"),
+        ("probe", ["--wand=false"], "--wandb"),
+    ],
+)
+def test_an_abbreviated_flag_is_refused_with_the_flag_meant(command, flags, meant, micro, tmp_path, capsys):
+    """argparse's prefix matching would take ``--trainer.max_step=3`` for ``max_steps``."""
+    where = ["--config", str(micro)] if command == "train" else [str(micro)]
+    before = digests(tmp_path)
+    capsys.readouterr()
+    assert main([command, *where, *flags]) == 2
+    line = one_error(capsys.readouterr().err)
+    assert line == f"error: unrecognized arguments: {' '.join(flags)} (did you mean {meant}?)"
+    assert digests(tmp_path) == before
+
+
+@pytest.mark.parametrize("state", ["exited", "running", "no heartbeat"])
+def test_a_report_of_an_unfinished_run_says_so_in_one_line(state, tmp_path, capsys):
+    run = make_run(tmp_path)
+    (run / FINISHED).unlink()
+    now = time.time()
+    beat = Heartbeat(
+        os.getpid(), socket.gethostname(), "a1", 5.0, now, now, now if state == "exited" else None
+    )
+    if state != "no heartbeat":
+        write_json(run / HEARTBEAT, dataclasses.asdict(beat))
+    before = digests(run)
+    assert main(["report", str(run), "--wandb=false"]) == 0
+    why = {
+        "exited": f"its training (pid {beat.pid} on {beat.host}) exited before its last step",
+        "running": f"its training (pid {beat.pid} on {beat.host}) is still running",
+        "no heartbeat": "its training has not reached its last step (no finished.json)",
+    }[state]
+    note = f"{run} is unfinished: {why}; this report covers it up to step 97"
+    stdout = capsys.readouterr().out.splitlines()
+    assert stdout[0] == f"note: {note}" and sum("is unfinished" in line for line in stdout) == 1
+    assert f"**{note}.**" in (run / "report" / "report.md").read_text(encoding="utf-8")
+    after = digests(run)
+    assert {k: v for k, v in after.items() if not k.startswith("report/")} == before
+
+
+def test_a_report_of_a_finished_run_has_no_such_note(tmp_path, capsys):
+    run = make_run(tmp_path)
+    assert main(["report", str(run), "--wandb=false"]) == 0
+    assert "is unfinished" not in capsys.readouterr().out
+    assert "is unfinished" not in (run / "report" / "report.md").read_text(encoding="utf-8")
