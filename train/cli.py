@@ -28,7 +28,7 @@ from bytecanary import records
 from bytecanary.checkpoints import FINISHED, probe_checkpoints, training_states
 from bytecanary.config import flag_names, parse_error, read_yaml
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import atomic_path, check_output, remove_stale_temps, warn, write_json
+from bytecanary.io import atomic_path, check_output, one_folder, remove_stale_temps, warn, write_json
 from bytecanary.probes.callback import ProbeCallback, ProbeSpec, live_probes_refused, sharded_strategies
 from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis, finish_wandb
 from bytecanary.train.checkpointing import (
@@ -89,7 +89,7 @@ class RunConfig:
     node) probes each weights file as it lands, and exits once the run has finished."""
 
     def __post_init__(self) -> None:
-        if not self.name.strip() or self.name in (".", "..") or "/" in self.name:
+        if not one_folder(self.name):
             raise ValueError(f"name: must name one folder under run.root, got {self.name!r}")
         for name in ("checkpoint_every", "keep_state_every"):
             value = getattr(self, name)
