@@ -66,8 +66,17 @@ class GPT(nn.Module):
     files, exports and old checkpoints are those of the HF model."""
 
     def __init__(self, config: GPT2Config) -> None:
-        if config.activation_function != "gelu_pytorch_tanh" or config.add_cross_attention:
-            raise ValueError(f"GPT: a GPT-2 of tanh GELU without cross-attention, got {config}")
+        differs = {
+            "activation_function": config.activation_function != "gelu_pytorch_tanh",
+            "add_cross_attention": config.add_cross_attention,
+            "n_inner": config.n_inner is not None,
+            "scale_attn_weights": not config.scale_attn_weights,
+            "scale_attn_by_inverse_layer_idx": config.scale_attn_by_inverse_layer_idx,
+            "reorder_and_upcast_attn": config.reorder_and_upcast_attn,
+        }
+        if any(differs.values()):  # each would make this forward another model than the HF one
+            fields = ", ".join(f"{k}={getattr(config, k)!r}" for k, bad in differs.items() if bad)
+            raise ValueError(f"GPT: computes GPT2LMHeadModel as gpt2_config builds it, not with {fields}")
         super().__init__()
         self.config = config
         with torch.device("meta"):  # the HF model below initialises the weights

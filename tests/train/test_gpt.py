@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from bytecanary.train.gpt import GPT
 from bytecanary.train.model import ArchConfig, build_model, gpt2_config
 
 ARCH = ArchConfig(n_layer=2, n_head=4, n_embd=64, n_positions=32)
@@ -72,3 +73,19 @@ def test_the_probes_view_shares_the_live_tensors(training):
         ours.transformer.wte.weight[0].add_(1.0)  # an optimizer step, in place
         ids = torch.randint(0, VOCAB, (2, 16))
         torch.testing.assert_close(view.eval()(input_ids=ids).logits, ours.eval()(ids), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"n_inner": 100},
+        {"scale_attn_weights": False},
+        {"scale_attn_by_inverse_layer_idx": True},
+        {"reorder_and_upcast_attn": True},
+        {"activation_function": "gelu_new"},
+    ],
+)
+def test_a_config_the_lean_forward_would_not_follow_is_refused(field):
+    config = GPT2Config.from_dict(gpt2_config(ARCH, VOCAB).to_dict() | field)
+    with pytest.raises(ValueError, match=f"not with {next(iter(field))}="):
+        GPT(config)
