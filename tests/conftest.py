@@ -64,6 +64,14 @@ def _gpt2_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
 
 
+@pytest.fixture(autouse=True)
+def own_wandb_service(monkeypatch):
+    """Every process a test starts runs a W&B service of its own, as a user's command does:
+    W&B names the test process's service in WANDB_SERVICE, and a child that inherits it shares
+    that service's runs (a killed child's run then stays "in use" for its resume)."""
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)
+
+
 @pytest.fixture(scope="session")
 def byte_fallback_tokenizer() -> PreTrainedTokenizerFast:
     return _byte_fallback_tokenizer()
