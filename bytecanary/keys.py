@@ -10,6 +10,7 @@ only. The key shapes are the user-facing contract:
     val/loss, val/ppl, val/<lang>/ppl                         validation
     probe/level0/<lang>/<tier>[/<k>]/<metric>                 lang, tier may be "all"
     probe/level1/<lang>[/<k>]/<metric>                        lang may be "all"
+    probe/ppl/<split>/<lang>/<metric>                         held-out text; lang may be "all"
     probe/mcqa/<task>/<protocol>/<metric>                     one protocol on one task
     probe/mcqa/<task>/<metric>                                across protocols (fsi, mcnemar_p)
     perf/<name>, perf/probe_seconds/<probe>                   throughput
@@ -86,6 +87,9 @@ METRICS: dict[str, Metric] = {
         _m("delta_ll_median", True, "mean"),  # median of LL(gold remainder) - LL(generated)
         _m("delta_ll_std", None, "mean"),  # standard deviation of Delta_LL
         _m("ppl", False, "exp_mean"),  # perplexity
+        _m("bpb", False, "mean"),  # bits per UTF-8 byte of the text: comparable across tokenizers
+        _m("tokens", None, "count"),  # tokens scored
+        _m("bytes", None, "count"),  # UTF-8 bytes of the text scored
         _m("pure_share", None, "rate"),  # share of outputs made of byte tokens only
         _m("partial_pure", True, "mean"),  # V_partial of pure byte-token outputs
         _m("partial_mixed", True, "mean"),  # V_partial of outputs with a multi-byte token
@@ -209,6 +213,11 @@ def tier_gap(lang: str = "all", metric: str = "partial", bound: str = "") -> str
 def level1(lang: str = "all", metric: str = "term_match", k: str | None = None) -> str:
     """``probe/level1/<lang>[/<k>]/<metric>``; "all" is the aggregate."""
     return f"probe/level1/{lang}/{k}/{metric}" if k else f"probe/level1/{lang}/{metric}"
+
+
+def heldout(lang: str = "all", metric: str = "ppl", split: str = "val") -> str:
+    """``probe/ppl/<split>/<lang>/<metric>``: the ``ppl`` probe on a data folder's held-out text."""
+    return f"probe/ppl/{split}/{lang}/{metric}"
 
 
 def mcqa(task: str, protocol: str, metric: str) -> str:
