@@ -96,12 +96,14 @@ def shown(probe: str, metrics: dict[str, float]) -> dict[str, float]:
 
 
 def language_of(key: str) -> str | None:
-    """The language field of a key whose probe declares its first field ``language`` (``all``
-    for the aggregate); None for any other key."""
+    """The language field of a key whose probe declares a field ``language`` (``all`` for the
+    aggregate); None for any other key."""
     parsed = keys.read(key)
-    if parsed is None or not parsed.fields or display_of(parsed.probe).fields[:1] != ("language",):
+    if parsed is None:
         return None
-    return parsed.fields[0]
+    fields = display_of(parsed.probe).fields
+    at = fields.index("language") if "language" in fields else None
+    return parsed.fields[at] if at is not None and at < len(parsed.fields) else None
 
 
 def languages_in(names: Iterable[str], probe: str) -> list[str]:

@@ -25,6 +25,7 @@ SMALL = {
         "max_new_tokens": 6,
         "batch_size": 3,
     },
+    "ppl": {"bytes": 2000, "seq_len": 64, "batch_size": 4},
 }
 
 
