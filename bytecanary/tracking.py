@@ -17,6 +17,7 @@ training run's history lacks into the training run itself, once each (``records_
 
 from __future__ import annotations
 
+import netrc
 import os
 import secrets
 import socket
@@ -26,12 +27,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from bytecanary import keys, records
 from bytecanary.config import read_yaml
 from bytecanary.display import display_of
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import read_json, write_json
+from bytecanary.io import read_json, warn, write_json
 from bytecanary.records import Identity, Record
 
 DEFAULT_PROJECT = "bytecanary"  # the W&B project of training, probe and report runs
@@ -87,35 +89,68 @@ def detail_fields(key: str) -> tuple[str, ...]:
     return (*k.fields, *(["all"] * (len(shown.fields) - len(k.fields))), k.metric)
 
 
+# W&B's cloud API under its own name and under CoreWeave's, the default server of wandb >= 0.31:
+# ``wandb login`` keeps the key under the name of the version that wrote it, and W&B reads both
+WANDB_CLOUD = ("api.wandb.ai", "api.forge.coreweave.com")
+
+
 def wandb_mode() -> str:
-    """``WANDB_MODE`` if set; else online only with an API key and a reachable server."""
+    """``WANDB_MODE`` if set; else online only with credentials (``WANDB_API_KEY``, or the
+    netrc entry ``wandb login`` keeps) and a reachable server (``WANDB_BASE_URL``)."""
     if os.environ.get("WANDB_MODE"):
         return os.environ["WANDB_MODE"]
-    if not os.environ.get("WANDB_API_KEY"):
+    url = os.environ.get("WANDB_BASE_URL") or f"https://{WANDB_CLOUD[0]}"
+    server = urlsplit(url)
+    try:
+        port = server.port or (80 if server.scheme == "http" else 443)
+    except ValueError:  # a port that is not a number
+        port = None
+    if not server.hostname or port is None:
+        warn(f"WANDB_BASE_URL={url}: not a server address; W&B stays offline")
+        return "offline"
+    if not (os.environ.get("WANDB_API_KEY") or _netrc_has_key(server.netloc, server.hostname)):
         return "offline"
     try:
-        socket.create_connection(("api.wandb.ai", 443), timeout=2).close()
+        socket.create_connection((server.hostname, port), timeout=2).close()
     except OSError:
         return "offline"
     return "online"
 
 
-def define_tokens_seen_axis(run: Any) -> None:
-    """Every metric family plotted against ``tokens_seen``."""
-    run.define_metric(keys.TOKENS_SEEN)
+def _netrc_has_key(netloc: str, hostname: str) -> bool:
+    """Whether the netrc file W&B reads (``NETRC``, else ``~/.netrc``) holds a key for the
+    server, by its address with or without the port (W&B wrote both over its versions). A file
+    that does not parse is one warning (never its text: it holds keys) and no key."""
+    path = Path(os.environ.get("NETRC") or "~/.netrc").expanduser()
+    try:
+        entries = netrc.netrc(path)
+    except FileNotFoundError:
+        return False
+    except (netrc.NetrcParseError, OSError, UnicodeDecodeError) as err:
+        line = getattr(err, "lineno", None)
+        warn(f"{path}{f' (line {line})' if line else ''}: not a netrc file W&B can read; W&B stays offline")
+        return False
+    machines = {netloc, hostname, *(WANDB_CLOUD if hostname in WANDB_CLOUD else ())}
+    return any((entry := entries.authenticators(m)) is not None and bool(entry[2]) for m in machines)
+
+
+def define_tokens_seen_axis(run: Any, axis: str = keys.TOKENS_SEEN) -> None:
+    """Every metric family plotted against ``tokens_seen`` (``axis``: ``step`` for a series
+    whose tokens_seen is unknown, which would otherwise chart nothing)."""
+    run.define_metric(axis)
     for prefix in METRIC_PREFIXES:
-        run.define_metric(prefix, step_metric=keys.TOKENS_SEEN)
+        run.define_metric(prefix, step_metric=axis)
 
 
 class WandbView:
     """What a logged metric dict becomes in one W&B run: headline scalars, each bound to
-    ``tokens_seen`` and summarised by its best value (max or min, from ``keys``), and rows
-    of the probes' detail tables. ``detail="scalars"`` logs every key as a scalar instead."""
+    ``axis`` (``tokens_seen``) and summarised by its best value (max or min, from ``keys``),
+    and rows of the probes' detail tables. ``detail="scalars"`` logs every key as a scalar."""
 
-    def __init__(self, detail: Detail = "tables") -> None:
+    def __init__(self, detail: Detail = "tables", axis: str = keys.TOKENS_SEEN) -> None:
         if detail not in ("tables", "scalars"):
             raise ValueError(f"wandb_detail must be 'tables' or 'scalars', got {detail!r}")
-        self.detail = detail
+        self.detail, self.axis = detail, axis
         self._defined: set[str] = set()
         self._tables: dict[str, Any] = {}
 
@@ -136,7 +171,7 @@ class WandbView:
         for key in scalars.keys() - self._defined:
             best = keys.higher_is_better(key)
             summary = {True: "max", False: "min"}.get(best)  # type: ignore[call-overload]
-            run.define_metric(key, step_metric=keys.TOKENS_SEEN, **({"summary": summary} if summary else {}))
+            run.define_metric(key, step_metric=self.axis, **({"summary": summary} if summary else {}))
             self._defined.add(key)
 
     def _detail(self, values: dict[str, Any], checkpoint: str | None, axes: dict[str, Any]) -> dict[str, Any]:
@@ -169,14 +204,25 @@ class WandbView:
 
 
 class ViewedRun:
-    """A W&B run whose ``log`` goes through a ``WandbView`` (``bytecanary probe``'s run);
-    everything else (``summary``, ``dir``, ...) is the run's own."""
+    """A W&B run whose ``log`` goes through a ``WandbView`` (``bytecanary probe``'s run, a
+    report's merge); everything else (``summary``, ``dir``, ...) is the run's own. Its first
+    row sets the axis: ``tokens_seen`` where it has one, else ``step`` (a hub series)."""
 
     def __init__(self, run: Any, detail: Detail = "tables") -> None:
         self.run, self.view = run, WandbView(detail)
+        self.axis: str | None = None
 
     def log(self, metrics: dict[str, Any], checkpoint: str | None = None) -> None:
+        if self.axis is None:
+            self.axis = keys.TOKENS_SEEN if metrics.get(keys.TOKENS_SEEN) is not None else keys.STEP
+            self.view.axis = self.axis
+            define_tokens_seen_axis(self.run, self.axis)
         self.run.log(self.view.payload(self.run, metrics, checkpoint=checkpoint))
+
+    def log_record(self, record: Record) -> None:
+        """A record's metrics, with its ``tokens_seen`` and ``step`` where known."""
+        axes = {keys.TOKENS_SEEN: record.tokens_seen, keys.STEP: record.step}
+        self.log({**record.metrics, **{k: v for k, v in axes.items() if v is not None}}, record.checkpoint)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.run, name)
@@ -321,13 +367,9 @@ def log_records(run: Any, rows: list[Record], detail: Detail = "tables") -> None
     """``rows`` into ``run`` as the training run logs probes: headline scalars and detail
     tables against ``tokens_seen``, with ``step``. No ``step=``: W&B drops a row whose step is
     below the run's current one, and these are older than the run's last row."""
-    if not rows:
-        return
-    define_tokens_seen_axis(run)
     viewed = ViewedRun(run, detail)
     for record in rows:
-        axes = {keys.TOKENS_SEEN: record.tokens_seen, keys.STEP: record.step}
-        viewed.log({**record.metrics, **{k: v for k, v in axes.items() if v is not None}}, record.checkpoint)
+        viewed.log_record(record)
 
 
 def _merged(folder: Path, run_id: str) -> set[Identity]:

@@ -28,21 +28,11 @@ import torch
 from tqdm.auto import tqdm
 
 from bytecanary import records
-from bytecanary.checkpoints import (
-    finished_step,
-    read_heartbeat,
-    reported,
-    run_folder,
-)
+from bytecanary.checkpoints import finished_step, read_heartbeat, reported, run_folder
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import check_output, warn_once
-from bytecanary.probes.claims import (
-    DEFAULT_LEASE,
-    MAX_LEASE,
-    Claims,
-    clock,
-)
+from bytecanary.probes.claims import DEFAULT_LEASE, MAX_LEASE, Claims, clock
 from bytecanary.probes.dist import default_worker, is_lead, worker_device
 from bytecanary.probes.inputs import check_inputs
 from bytecanary.probes.liveness import NOTE_EVERY, RESTART_GRACE, Rate, stopped, waiting_line
@@ -245,16 +235,18 @@ def training_run(paths: list[str], watch_dir: str | None, revisions: list[str] |
     return next(iter(runs.values())) if len(runs) == 1 else None
 
 
-def _start_wandb(project: str, out: Path, config: dict[str, Any], training: Path | None) -> Any:
+def _start_wandb(job: Job, out: Path, config: dict[str, Any], training: Path | None) -> Any:
     """The launch's W&B run, started at its first use: beside a training run (``training``),
     one of its own in the training run's project and group, named ``<run>-probes``, in
-    ``RUN/wandb`` (``tracking.RunWandb.sidecar``); else in ``project``, beside ``out``."""
-    from bytecanary.tracking import LaterRun, RunWandb, ViewedRun, define_tokens_seen_axis, wandb_mode
+    ``RUN/wandb`` (``tracking.RunWandb.sidecar``); else in the job's project and group,
+    beside ``out``."""
+    from bytecanary.tracking import LaterRun, RunWandb, ViewedRun, wandb_mode
 
     def start() -> ViewedRun:
         import wandb
 
-        where: dict[str, Any] = {"project": project, "dir": str(out.parent), "job_type": "probe"}
+        where: dict[str, Any] = {"project": job.wandb_project, "dir": str(out.parent), "job_type": "probe"}
+        where |= {"group": job.wandb_group} if job.wandb_group else {}
         detail = "tables"
         if training is not None:
             home = RunWandb.of(training)
@@ -262,7 +254,6 @@ def _start_wandb(project: str, out: Path, config: dict[str, Any], training: Path
             config.update(training_run=str(training), training_run_id=home.run_id)
         Path(where["dir"]).mkdir(parents=True, exist_ok=True)
         wandb_run = wandb.init(**where, mode=wandb_mode(), config=config, settings={"silent": True})
-        define_tokens_seen_axis(wandb_run)
         return ViewedRun(wandb_run, detail)
 
     return LaterRun(start)
@@ -287,10 +278,7 @@ def _to_wandb(wandb_run: Any) -> Callable[[Record], None] | None:
 
     def publish(record: Record) -> None:
         if record.ok:
-            axes = (("tokens_seen", record.tokens_seen), ("step", record.step))
-            wandb_run.log(
-                {**record.metrics, **{k: v for k, v in axes if v is not None}}, checkpoint=record.checkpoint
-            )
+            wandb_run.log_record(record)
 
     return publish
 
@@ -307,6 +295,10 @@ class Job:
     """Per probe name, an eval-set file for the probes whose spec does not say."""
     wandb_project: str | None = None
     """W&B project for the metrics as they come (None: no W&B)."""
+    wandb_group: str | None = None
+    """W&B group of a launch outside a training run (a sidecar joins its training run's)."""
+    tokens_per_step: int | None = None
+    """tokens_seen = step x this for checkpoints whose tokens_seen is unknown (hub revisions)."""
     watch_dir: str | None = None
     """After the PATHs, probe each new checkpoint of this run folder until its run finishes."""
     interval: float = 30.0
@@ -340,6 +332,8 @@ class Job:
                 raise BytecanaryError(
                     f"probe: {flag} must be more than 0 and at most {most:g} seconds, got {value!r}"
                 )
+        if self.tokens_per_step is not None and self.tokens_per_step <= 0:
+            raise BytecanaryError(f"probe: --tokens_per_step must be more than 0, got {self.tokens_per_step}")
         check_device(self.device)
 
 
@@ -359,7 +353,8 @@ def run(
     watched = watch_target(job.watch_dir) if job.watch_dir else None
     device = worker_device(job.device, torch.cuda.device_count())
     dtype = probe_dtype(job.dtype, device)
-    targets = resolve(paths, job.revisions) if paths else []
+    resolved = resolve(paths, job.revisions) if paths else []
+    targets = [dataclasses.replace(t, tokens_per_step=job.tokens_per_step) for t in resolved]
     built = build_probes(with_cli_params(probes, job.trial, job.eval_sets))
     if targets:  # bad inputs fail before any model loads (a watched folder's data is known later)
         data_dir = _first_data_dir(targets)
@@ -368,7 +363,8 @@ def run(
     wandb_run, training = None, training_run(paths, job.watch_dir, job.revisions)
     if job.wandb_project and is_lead():  # one W&B run per launch
         config = {"paths": paths, "probes": probes, "trial": job.trial, "dtype": str(dtype)}
-        wandb_run = _start_wandb(job.wandb_project, out_path, config, training)
+        config |= {"tokens_per_step": job.tokens_per_step} if job.tokens_per_step else {}
+        wandb_run = _start_wandb(job, out_path, config, training)
         home = training / "probes.jsonl" if training is not None else out_path  # what the report reads
         if out_path.resolve() != home.resolve():
             print(

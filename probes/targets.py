@@ -50,6 +50,9 @@ class Target:
     revision: str | None = None
     id: str | None = None
     """What it is wherever it lies (a weights file's ``weights_id``); None: known by ``key``."""
+    tokens_per_step: int | None = None
+    """The tokens of one training step of its series (``--tokens_per_step``): its tokens_seen
+    where the checkpoint knows only its step (hub revisions, HF folders)."""
 
     @property
     def step_hint(self) -> int:
@@ -63,6 +66,9 @@ class Target:
         return cls(str(Path(path).resolve()), str(path), "file", id=identity)
 
     def context(self, step: int | None, tokens_seen: int | None) -> Context:
+        """What its records start with; a tokens_seen the checkpoint knows is never replaced."""
+        if tokens_seen is None and step is not None and self.tokens_per_step is not None:
+            tokens_seen = step * self.tokens_per_step
         return Context(self.key, step, tokens_seen, self.id)
 
 
