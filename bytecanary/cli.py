@@ -132,8 +132,14 @@ class ProbeOptions:
         dtype: what the model computes in (auto: bfloat16 on CUDA, else float32); each its own records
         threads: torch CPU threads (unset: torch's default, which OMP_NUM_THREADS sets); give
             each of several jobs sharing a machine its share of the cores
-        wandb: log to W&B (offline without a key); false: the records file only
-        wandb_project: W&B project
+        wandb: log to W&B (offline without credentials: WANDB_API_KEY or wandb login); false: the
+            records file only
+        wandb_project: W&B project (a training run's folder: that run's)
+        wandb_group: W&B group, e.g. one per experiment comparing series (a training run's
+            folder: that run's group)
+        tokens_per_step: tokens per training step of a series whose checkpoints know only their
+            step (hub revisions, HF folders): their tokens_seen is step x this, in the records and
+            W&B (Pythia's is 2,097,152 = 1024 x 2048); unset: W&B charts them against the step
         series: how a watched run is followed
         workers: several workers on one --out
     """
@@ -150,6 +156,8 @@ class ProbeOptions:
     threads: int | None = None
     wandb: bool = True
     wandb_project: str = DEFAULT_PROJECT
+    wandb_group: str | None = None
+    tokens_per_step: int | None = None
     series: ProbeSeries = field(default_factory=ProbeSeries)
     workers: ProbeWorker = field(default_factory=ProbeWorker)
 
@@ -207,6 +215,8 @@ def probe(paths: list[str], *, options: ProbeOptions) -> int:
         trial=options.trial,
         eval_sets=dict(options.eval_sets),
         wandb_project=options.wandb_project if options.wandb else None,
+        wandb_group=options.wandb_group,
+        tokens_per_step=options.tokens_per_step,
         watch_dir=options.watch,
         interval=options.series.interval,
         idle_limit=options.series.idle_limit,
@@ -253,20 +263,45 @@ def demo(
     return run_demo(out, minutes, config, data_config, data, steps)
 
 
-def report(run_dir: str, *, tolerance: Tolerance, wandb: bool = True) -> int:
-    """Convergence analysis, figures and tables into RUN_DIR/report/.
+def report(
+    paths: list[str],
+    *,
+    tolerance: Tolerance,
+    wandb: bool | None = None,
+    tokens_per_step: int | None = None,
+    out: str | None = None,
+) -> int:
+    """Convergence analysis, figures and tables into report/ beside one run's records; of
+    several runs, one comparison (compare.png, compare.md).
+
+    Perplexity is the run's val/ppl (metrics.jsonl), else the ppl probe's held-out one.
 
     Args:
-        run_dir: a training run folder (metrics.jsonl, probes.jsonl)
+        paths: a training run folder (metrics.jsonl, probes.jsonl), a records file (bytecanary
+            probe --out FILE) or a folder holding probes.jsonl; two or more: a comparison
         tolerance: the time-to-tolerance rule's tolerances (docs/report-and-wandb.md)
-        wandb: log to the run's W&B run when RUN_DIR/wandb has one (false: never)
+        wandb: log to the training run's W&B run (unset: when RUN/wandb has one; false: never);
+            records without a training run, and a comparison, log nothing
+        tokens_per_step: place records without tokens_seen at step x N (unset: where some lack
+            it, every curve is drawn against the step)
+        out: with several PATHS, the comparison's folder (unset: <parent of the first>/compare-<names>)
     """
     from bytecanary.probes.registry import load_probes
+    from bytecanary.report.compare import write_compare
     from bytecanary.report.writer import report_summary, write_report
 
+    if not paths:
+        raise BytecanaryError("report: give a run folder, a records file or a folder holding probes.jsonl")
+    if out is not None and len(paths) == 1:
+        raise BytecanaryError(
+            f"--out goes with two or more PATHS; {paths[0]}'s report goes to report/ beside it"
+        )
     load_probes()
-    write_report(run_dir, wandb=None if wandb else False, tolerance=tolerance)
-    print(report_summary(run_dir, tolerance))
+    if len(paths) > 1:
+        print(write_compare(paths, out, tolerance, tokens_per_step, wandb))
+        return 0
+    write_report(paths[0], wandb=wandb, tolerance=tolerance, tokens_per_step=tokens_per_step)
+    print(report_summary(paths[0], tolerance, tokens_per_step))
     return 0
 
 

@@ -36,6 +36,8 @@ def test_probe_help_lists_the_flags_with_their_docstring_help(capsys):
         "--out",
         "--wandb {true,false}",
         "--wandb_project",
+        "--wandb_group",
+        "--tokens_per_step",
         "--watch",
         "--series.interval",
         "--revision",
@@ -91,6 +93,10 @@ def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
     assert main(["probe", "m", "--wandb_project", "mine", "--watch", "ckpts", "--series.interval", "2"]) == 0
     job = calls[-1][0][2]
     assert (job.wandb_project, job.watch_dir, job.interval, job.trial) == ("mine", "ckpts", 2.0, False)
+    assert (job.wandb_group, job.tokens_per_step) == (None, None)
+    assert main(["probe", "m", "--wandb_group", "pythia-vs-ours", "--tokens_per_step", "2097152"]) == 0
+    job = calls[-1][0][2]
+    assert (job.wandb_group, job.tokens_per_step) == ("pythia-vs-ours", 2097152)
 
 
 @pytest.mark.parametrize(

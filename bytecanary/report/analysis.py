@@ -34,6 +34,7 @@ import numpy as np
 from bytecanary import display, keys, records, settling, stats
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.records import Record
+from bytecanary.report.axis import TOKENS_AXIS, Axis
 from bytecanary.settling import Tolerance, ci_text, eps_text
 
 HEADLINE_KEY = keys.level0()  # V_partial over all languages and tiers: the paper's ratio
@@ -48,6 +49,9 @@ RATIO_CURVES = {  # key -> (short name, what it is), for the lines that state a 
 }
 # where a curve's noise comes from, as the convergence table says it
 FROM_CURVE, FROM_GREEDY, FROM_P_VALID_SE = "curve", "max(probe n, local scatter)", "probe (p_valid_se)"
+
+
+PPL_NAMES = {keys.val_ppl(): "validation perplexity", keys.heldout(): "held-out perplexity (ppl probe)"}
 
 
 def finite(value: Any) -> float | None:
@@ -198,6 +202,16 @@ class Convergence:
     validity: dict[str, Curve]  # greedy, by metric key; only keys some checkpoint has
     p_valid: dict[str, Curve] = field(default_factory=dict)  # expected validity, likewise
     tolerance: Tolerance = field(default_factory=Tolerance)
+    axis: Axis = TOKENS_AXIS
+
+    @property
+    def ppl_name(self) -> str:
+        """Which perplexity the curve is: the run's validation one, or the ``ppl`` probe's."""
+        return PPL_NAMES[self.ppl.key]
+
+    def describe(self, curve: Curve) -> str:
+        """What ``curve`` did, with the evidence, its points placed on this report's axis."""
+        return curve.verdict.describe(self.axis.unit) if curve.verdict else curve.describe
 
     @property
     def headline(self) -> Curve | None:
@@ -255,9 +269,9 @@ class Convergence:
         if r is None:
             return f"No {name}/perplexity ratio: {self.why_no_ratio(key)}"
         return (
-            f"{what} converges after {r.value:.2f}x the tokens of perplexity "
+            f"{what} converges after {r.value:.2f}x the {self.axis.noun} of perplexity "
             f"(95% CI {r.lo:.2f}-{r.hi:.2f}; {self.curve(key).converged_at:,.0f} vs "
-            f"{self.ppl.converged_at:,.0f} tokens seen)"
+            f"{self.axis.at(self.ppl.converged_at)})"
         )
 
     def settling(self, curve: Curve, eps: float | None = None) -> settling.Settling:
@@ -309,7 +323,7 @@ class Convergence:
                 continue
             s = c.settle(eps)
             if s.state != settling.WITHIN:
-                why.append(f"{what} {s.describe(eps_text(eps, c.log))}")
+                why.append(f"{what} {s.describe(eps_text(eps, c.log), self.axis.unit)}")
         return "; ".join(why)
 
     def explain_tolerance(self, key: str = HEADLINE_KEY) -> str:
@@ -324,8 +338,8 @@ class Convergence:
         t_v, t_p = self.settling(self.curve(key)).at, self.settling(self.ppl).at
         return (
             f"Within this run, {what} comes within {eps_text(eps_v, False)} of its final level after "
-            f"{r.value:.2f}x the tokens perplexity needs to come within {eps_text(eps_p, True)} of its own "
-            f"(95% CI {ci_text(r)}; {t_v:,.0f} vs {t_p:,.0f} tokens seen)"
+            f"{r.value:.2f}x the {self.axis.noun} perplexity needs to come within {eps_text(eps_p, True)} of "
+            f"its own (95% CI {ci_text(r)}; {t_v:,.0f} vs {self.axis.at(t_p)})"
         )
 
 
@@ -333,17 +347,21 @@ def convergence(
     metrics_rows: Iterable[dict[str, Any]],
     probe_records: Iterable[Record],
     tolerance: Tolerance | None = None,
+    axis: Axis = TOKENS_AXIS,
 ) -> Convergence:
-    """What ``val/ppl``, Level 0 partial/strict validity and p_valid (all, en, ja, ko, zh)
-    did over tokens seen, all judged by the same detector, and when each came within its
-    ``tolerance`` (default ``Tolerance()``) of its final level."""
+    """What perplexity, Level 0 partial/strict validity and p_valid (all, en, ja, ko, zh)
+    did along ``axis``, all judged by the same detector, and when each came within its
+    ``tolerance`` (default ``Tolerance()``) of its final level. Perplexity is the run's
+    ``val/ppl``, else (records without a training run) the ``ppl`` probe's held-out one."""
     points = ((r.get(keys.TOKENS_SEEN), r.get(keys.val_ppl())) for r in metrics_rows)
     ppl = make_curve(keys.val_ppl(), points, log=True)
     cps = checkpoints(probe_records)
+    heldout = make_curve(keys.heldout(), ((c.tokens_seen, c.value(keys.heldout())) for c in cps), log=True)
     present = {k for c in cps for k in c.metrics}
     validity = {key: validity_curve(cps, key) for key in VALIDITY_KEYS if key in present}
     p_valid = {key: p_valid_curve(cps, key) for key in P_VALID_KEYS if key in present}
-    return Convergence(ppl, validity, p_valid, (tolerance or Tolerance()).check())
+    ppl = heldout if heldout.tokens and not ppl.tokens else ppl
+    return Convergence(ppl, validity, p_valid, (tolerance or Tolerance()).check(), axis)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The report's figures: convergence, Level 0 tiers and MCQA protocols over training.
 
-Every x-axis is tokens seen on a log scale, the x-axis of every W&B chart too. Figures
-are drawn on matplotlib ``Figure`` objects with the Agg canvas, never through pyplot's
-global backend, so calling the report from a notebook leaves its plotting alone. A
+Every x-axis is tokens seen on a log scale, the x-axis of every W&B chart too (the step,
+where records lack tokens seen: ``axis``). Figures are drawn on matplotlib ``Figure``
+objects with the Agg canvas, never through pyplot's global backend, so calling the
+report from a notebook leaves its plotting alone. A
 figure whose data is absent says so in its panel instead of failing: a run may have
 perplexity only.
 """
@@ -20,6 +21,7 @@ from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.report import analysis, mcqa_trends, tier_gaps
 from bytecanary.report.analysis import Checkpoint, Convergence, Curve
+from bytecanary.report.axis import TOKENS_AXIS, Axis
 from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
 
 DPI = 120
@@ -33,10 +35,9 @@ PROTOCOL_STYLES = {  # MCQA protocols drawn per task group -> (color, line style
     DASHED: ("tab:purple", "-"),
 }
 NONSENSE_CHANCE = 0.25
-TOKENS_LABEL = "tokens seen (log scale)"
 
 
-def _figure(nrows: int, ncols: int, size: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
+def new_figure(nrows: int, ncols: int, size: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -46,11 +47,11 @@ def _figure(nrows: int, ncols: int, size: tuple[float, float], **kwargs: Any) ->
     return fig, axes
 
 
-def _save(fig: Any, path: Path) -> None:
+def save(fig: Any, path: Path) -> None:
     fig.savefig(path, dpi=DPI)
 
 
-def _empty(ax: Any, message: str) -> None:
+def say_empty(ax: Any, message: str) -> None:
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="gray")
 
 
@@ -77,11 +78,21 @@ def _plain_log_labels(axis: Any, fmt: Callable[[float], str]) -> None:
     axis.set_minor_formatter(FuncFormatter(minor))
 
 
-def _tokens_axis(ax: Any) -> None:
-    """Log x-axis of tokens seen with plain labels, once the axis holds data."""
+def x_label(axis: Axis) -> str:
+    return f"{axis.label} (log scale)"
+
+
+def log_x(ax: Any) -> None:
+    """Log x-axis (tokens seen or steps) with plain labels, once the axis holds data."""
     if ax.lines:
         ax.set_xscale("log")
         _plain_log_labels(ax.xaxis, si)
+
+
+def log_y(ax: Any) -> None:
+    """Log y-axis with plain labels (perplexity)."""
+    ax.set_yscale("log")
+    _plain_log_labels(ax.yaxis, lambda v: f"{v:,.0f}")
 
 
 def _positive(curve: Curve) -> tuple[list[float], list[float]]:
@@ -90,7 +101,7 @@ def _positive(curve: Curve) -> tuple[list[float], list[float]]:
     return [x for x, _ in pairs], [y for _, y in pairs]
 
 
-def _plot(ax: Any, curve: Curve, mark: bool = False, **style: Any) -> bool:
+def plot_curve(ax: Any, curve: Curve, mark: bool = False, **style: Any) -> bool:
     """Draw a curve (False when it has no point to draw), with its convergence point as a
     large dot when ``mark``."""
     xs, ys = _positive(curve)
@@ -145,7 +156,7 @@ def tolerance_title(conv: Convergence) -> str:
     tol = (
         f"{settling.eps_text(eps.validity_tolerance, False)} vs {settling.eps_text(eps.ppl_tolerance, True)}"
     )
-    return f"Within this run, tokens to tolerance ({tol}) over perplexity's: {', '.join(parts)}"
+    return f"Within this run, {conv.axis.noun} to tolerance ({tol}) over perplexity's: {', '.join(parts)}"
 
 
 def _greedy_panel(ax: Any, conv: Convergence) -> None:
@@ -156,9 +167,9 @@ def _greedy_panel(ax: Any, conv: Convergence) -> None:
 
     for key, curve in conv.validity.items():
         style = "--" if key.endswith("/strict") else "-"
-        _plot(ax, curve, mark=True, color=LANG_COLORS[display.language_of(key)], linestyle=style)
+        plot_curve(ax, curve, mark=True, color=LANG_COLORS[display.language_of(key)], linestyle=style)
     if not ax.lines:
-        _empty(ax, "no Level 0 probe records (probes.jsonl)")
+        say_empty(ax, "no Level 0 probe records (probes.jsonl)")
         return
     ax.set_ylim(-0.02, 1.02)  # a band may reach past the metric's range
     band = bool(conv.headline and conv.headline.se)
@@ -179,12 +190,15 @@ def _p_valid_panel(ax: Any, conv: Convergence) -> None:
     """Expected validity p_valid per language, each with its band of one SE over the samples."""
     for key, curve in conv.p_valid.items():
         color = LANG_COLORS[display.language_of(key)]
-        if _plot(ax, curve, mark=True, color=color, label=f"p_valid {display.language_of(key)}") and curve.se:
+        if (
+            plot_curve(ax, curve, mark=True, color=color, label=f"p_valid {display.language_of(key)}")
+            and curve.se
+        ):
             _band(ax, curve, color)
     if ax.lines:
         ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
     else:
-        _empty(ax, "no p_valid in the Level 0 records (probes.jsonl)")
+        say_empty(ax, "no p_valid in the Level 0 records (probes.jsonl)")
 
 
 def _band(ax: Any, curve: Curve, color: str) -> None:
@@ -200,23 +214,22 @@ def convergence_figure(conv: Convergence) -> Any:
     import matplotlib
 
     with matplotlib.rc_context(STYLE):
-        fig, axes = _figure(3, 1, (10, 10.5), sharex=True)
+        fig, axes = new_figure(3, 1, (10, 10.5), sharex=True)
         top, middle, bottom = axes[:, 0]
-        if _plot(top, conv.ppl, mark=True, color="black", label=conv.ppl.key):
-            top.set_yscale("log")
-            _plain_log_labels(top.yaxis, lambda v: f"{v:,.0f}")
+        if plot_curve(top, conv.ppl, mark=True, color="black", label=conv.ppl.key):
+            log_y(top)
         else:
-            _empty(top, "no val/ppl in metrics.jsonl")
-        top.set_ylabel("validation perplexity (log scale)")
+            say_empty(top, "no perplexity: no val/ppl in metrics.jsonl, no ppl probe records")
+        top.set_ylabel(f"{conv.ppl_name} (log scale)")
         _greedy_panel(middle, conv)
         middle.set_ylabel("greedy validity V (0-1)")
         _p_valid_panel(bottom, conv)
         bottom.set_ylabel("expected validity p_valid (0-1)")
-        bottom.set_xlabel(TOKENS_LABEL)
+        bottom.set_xlabel(x_label(conv.axis))
         _convergence_lines([top, middle, bottom], conv)
         _tolerance_marks([top, middle, bottom], conv)
         for ax in (top, middle, bottom):
-            _tokens_axis(ax)
+            log_x(ax)
             ax.grid(True, which="major", alpha=0.3)
         if top.get_legend_handles_labels()[0]:
             top.legend(loc="upper right")
@@ -231,25 +244,25 @@ def plot_convergence(conv: Convergence, path: Path) -> None:
     import matplotlib
 
     with matplotlib.rc_context(STYLE):
-        _save(convergence_figure(conv), path)
+        save(convergence_figure(conv), path)
 
 
-def plot_tiers(cps: Sequence[Checkpoint], path: Path) -> None:
+def plot_tiers(cps: Sequence[Checkpoint], path: Path, axis: Axis = TOKENS_AXIS) -> None:
     """``tiers_figure`` as a PNG (drawn in the same style: ticks are made at draw time)."""
     import matplotlib
 
     with matplotlib.rc_context(STYLE):
-        _save(tiers_figure(cps), path)
+        save(tiers_figure(cps, axis), path)
 
 
-def tiers_figure(cps: Sequence[Checkpoint]) -> Any:
+def tiers_figure(cps: Sequence[Checkpoint], axis: Axis = TOKENS_AXIS) -> Any:
     """V partial by frequency tier over training, one panel per language, and below them the
     gap between common and rare characters with its 95% CI band when the records hold it."""
     import matplotlib
 
     gap_groups = tier_gaps.groups(cps)
     with matplotlib.rc_context(STYLE):
-        fig, axes = _figure(3 if gap_groups else 2, 2, (11, 10.5 if gap_groups else 7.5))
+        fig, axes = new_figure(3 if gap_groups else 2, 2, (11, 10.5 if gap_groups else 7.5))
         panels = axes[:2].ravel()
         for ax in panels[1:]:  # shared before drawing, so the limits hold every panel's data
             ax.sharex(panels[0])
@@ -258,15 +271,15 @@ def tiers_figure(cps: Sequence[Checkpoint]) -> Any:
         for ax, lang in zip(panels, LANGUAGES, strict=True):
             for tier in TIERS:
                 curve = analysis.probe_curve(cps, keys.level0(lang, tier))
-                any_drawn |= _plot(ax, curve, color=TIER_COLORS[tier], label=tier)
+                any_drawn |= plot_curve(ax, curve, color=TIER_COLORS[tier], label=tier)
             ax.set_title(lang)
             ax.grid(True, alpha=0.3)
-            _tokens_axis(ax)
+            log_x(ax)
         if not any_drawn:
             fig.clear()
             ax = fig.subplots()
             ax.set_axis_off()
-            _empty(ax, "no Level 0 tier metrics (probes.jsonl)")
+            say_empty(ax, "no Level 0 tier metrics (probes.jsonl)")
         else:
             for ax in axes[:2, 0]:
                 ax.set_ylabel("V partial (0-1)")
@@ -276,14 +289,16 @@ def tiers_figure(cps: Sequence[Checkpoint]) -> Any:
             tiers = [t for t in TIERS if t in by_label]  # every tier any language has, in tier order
             fig.legend([by_label[t] for t in tiers], tiers, loc="outside right center", title="tier")
             if gap_groups:
-                _gap_panel(fig, axes[2], cps, gap_groups)
+                _gap_panel(fig, axes[2], cps, gap_groups, axis)
             for ax in axes[1, :]:
-                ax.set_xlabel(TOKENS_LABEL)
+                ax.set_xlabel(x_label(axis))
         fig.suptitle("Level 0 validity (partial) by character frequency tier")
         return fig
 
 
-def _gap_panel(fig: Any, row: Sequence[Any], cps: Sequence[Checkpoint], groups: list[str]) -> None:
+def _gap_panel(
+    fig: Any, row: Sequence[Any], cps: Sequence[Checkpoint], groups: list[str], axis: Axis
+) -> None:
     """One wide panel in place of ``row``: common minus rare V partial per language, each with
     the probe's 95% CI over characters as a band, and the line of no gap."""
     grid = row[0].get_subplotspec().get_gridspec()
@@ -307,16 +322,16 @@ def _gap_panel(fig: Any, row: Sequence[Any], cps: Sequence[Checkpoint], groups: 
     ax.axhline(0.0, color="gray", linewidth=1)
     ax.set_title("common - rare V partial (band: 95% CI over characters)")
     ax.set_ylabel("gap in V partial")
-    ax.set_xlabel(TOKENS_LABEL)
+    ax.set_xlabel(x_label(axis))
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", title="language")
-    _tokens_axis(ax)
+    log_x(ax)
 
 
 def _accuracy_panel(ax: Any, cps: Sequence[Checkpoint], group: str, tasks: list[str]) -> None:
     for protocol, (color, style) in PROTOCOL_STYLES.items():
         curve = mcqa_trends.group_mean_curve(cps, tasks, "acc", protocol)
-        _plot(ax, curve, color=color, linestyle=style, label=keys.PROTOCOL_LABELS[protocol])
+        plot_curve(ax, curve, color=color, linestyle=style, label=keys.PROTOCOL_LABELS[protocol])
     if group == "nonsenseqa":
         ax.axhline(NONSENSE_CHANCE, color="gray", linewidth=1, label="chance (0.25)")
     title = keys.TASK_GROUPS.get(group, group)
@@ -332,16 +347,16 @@ def _sensitivity_panel(ax: Any, cps: Sequence[Checkpoint], groups: dict[str, lis
         color = next(colors, None)
         for metric, style in (("fsi", "-"), ("psi", "--")):
             curve = mcqa_trends.group_mean_curve(cps, tasks, metric)
-            _plot(ax, curve, color=color, linestyle=style, label=f"{metric.upper()} {group}")
+            plot_curve(ax, curve, color=color, linestyle=style, label=f"{metric.upper()} {group}")
     if ax.lines:
         ax.set_ylim(bottom=0)
     else:
-        _empty(ax, "no FSI/PSI (wrapper protocols)")
+        say_empty(ax, "no FSI/PSI (wrapper protocols)")
     ax.set_title("format (FSI) and parsability (PSI) sensitivity")
     ax.set_ylabel("max - min over wrappers")
 
 
-def plot_mcqa(cps: Sequence[Checkpoint], path: Path) -> None:
+def plot_mcqa(cps: Sequence[Checkpoint], path: Path, axis: Axis = TOKENS_AXIS) -> None:
     """Accuracy of each protocol over training per task group (NonsenseQA with its chance
     line), and FSI/PSI."""
     import matplotlib
@@ -349,15 +364,15 @@ def plot_mcqa(cps: Sequence[Checkpoint], path: Path) -> None:
     groups = mcqa_trends.task_groups(cps)
     with matplotlib.rc_context(STYLE):
         if not groups:
-            fig, axes = _figure(1, 1, (8, 4))
+            fig, axes = new_figure(1, 1, (8, 4))
             axes[0, 0].set_axis_off()
-            _empty(axes[0, 0], "no MCQA probe records (probes.jsonl)")
-            _save(fig, path)
+            say_empty(axes[0, 0], "no MCQA probe records (probes.jsonl)")
+            save(fig, path)
             return
         n = len(groups) + 1
         ncols = min(n, 3)
         nrows = -(-n // ncols)
-        fig, axes = _figure(nrows, ncols, (5.2 * ncols, 4.3 * nrows), sharex=True)
+        fig, axes = new_figure(nrows, ncols, (5.2 * ncols, 4.3 * nrows), sharex=True)
         panels = list(axes.ravel())
         for ax, (group, tasks) in zip(panels, groups.items(), strict=False):
             _accuracy_panel(ax, cps, group, tasks)
@@ -365,10 +380,10 @@ def plot_mcqa(cps: Sequence[Checkpoint], path: Path) -> None:
         for ax in panels[n:]:
             ax.set_visible(False)
         for ax in panels[:n]:
-            _tokens_axis(ax)
+            log_x(ax)
             if ax.lines:
                 ax.legend(loc="best")
             ax.grid(True, alpha=0.3)
-            ax.set_xlabel(TOKENS_LABEL)
+            ax.set_xlabel(x_label(axis))
         fig.suptitle("MCQA over training")
-        _save(fig, path)
+        save(fig, path)

@@ -17,6 +17,7 @@ from bytecanary.data.evalsets import TIERS
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.report import analysis, figures, mcqa_trends, tier_gaps
 from bytecanary.report.analysis import Checkpoint, Convergence, Curve
+from bytecanary.report.axis import STEP_AXIS, Axis
 from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
 
 _VALIDITY_COLUMNS = [
@@ -39,6 +40,7 @@ _TASK_COLUMNS = [  # (column, protocol or None for the task's own metric, metric
     ("n", None, "n", ",.0f"),
 ]
 TOKENS = "tokens seen"
+PPL_LABELS = {keys.val_ppl(): "val ppl", keys.heldout(): "held-out ppl"}
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,13 @@ class Table:
         )
         return f"## {self.title}\n\n{head}{body}"
 
+    def without(self, label: str) -> Table:
+        """The table without the column labelled ``label`` (if it has one)."""
+        cols = [i for i, c in enumerate(self.columns) if c.label != label]
+        return Table(
+            self.name, self.title, [self.columns[i] for i in cols], [[r[i] for i in cols] for r in self.rows]
+        )
+
     def without_empty_columns(self, keep: int) -> Table:
         """Drop the columns after the first ``keep`` that hold no value at all."""
         cols = [i for i in range(len(self.columns)) if i < keep or any(r[i] is not None for r in self.rows)]
@@ -94,20 +103,20 @@ def _cell(value: Any, spec: str) -> str:
 
 
 def _rows_by_checkpoint(
-    metrics: list[dict[str, Any]], cps: list[Checkpoint], columns: list[tuple[str, str]], with_ppl: bool
+    metrics: list[dict[str, Any]], cps: list[Checkpoint], columns: list[tuple[str, str]], ppl: str | None
 ) -> list[list[Any]]:
-    """tokens_seen, step, [val ppl], then ``columns`` per checkpoint; with ``with_ppl`` every
-    validation row of ``metrics`` too, merged on tokens_seen."""
+    """tokens_seen, step, [perplexity], then ``columns`` per checkpoint; with a ``ppl`` key
+    its value at each checkpoint and every row of ``metrics`` that holds it, merged on tokens_seen."""
+    row_keys = ([ppl] if ppl else []) + [k for _, k in columns]
     rows: dict[Any, dict[str, Any]] = {}
     for c in cps:
         key = c.tokens_seen if c.tokens_seen is not None else f"checkpoint {c.key}"
-        rows[key] = {"tokens": c.tokens_seen, "step": c.step, **{k: c.value(k) for _, k in columns}}
-    for r in metrics if with_ppl else ():
-        ppl, tokens = analysis.finite(r.get(keys.val_ppl())), r.get(keys.TOKENS_SEEN)
-        if ppl is not None and tokens is not None:
-            rows.setdefault(tokens, {"tokens": tokens, "step": r.get(keys.STEP)})[keys.val_ppl()] = ppl
+        rows[key] = {"tokens": c.tokens_seen, "step": c.step, **{k: c.value(k) for k in row_keys}}
+    for r in metrics if ppl else ():
+        value, tokens = analysis.finite(r.get(ppl)), r.get(keys.TOKENS_SEEN)
+        if value is not None and tokens is not None:
+            rows.setdefault(tokens, {"tokens": tokens, "step": r.get(keys.STEP)})[ppl] = value
     ordered = sorted(rows.values(), key=lambda r: (r["tokens"] is None, r["tokens"] or 0, r["step"] or 0))
-    row_keys = ([keys.val_ppl()] if with_ppl else []) + [k for _, k in columns]
     return [[r["tokens"], r["step"], *(r.get(k) for k in row_keys)] for r in ordered]
 
 
@@ -117,11 +126,11 @@ def _checkpoint_table(
     metrics: list[dict[str, Any]],
     cps: list[Checkpoint],
     columns: list[tuple[str, str]],
-    with_ppl: bool = False,
+    ppl: str | None = None,
 ) -> Table:
     head = [Column(TOKENS, ","), Column("step", "")]
-    head += [Column("val ppl", ",.1f", keys.val_ppl())] if with_ppl else []
-    rows = _rows_by_checkpoint(metrics, cps, columns, with_ppl)
+    head += [Column(PPL_LABELS[ppl], ",.1f", ppl)] if ppl else []
+    rows = _rows_by_checkpoint(metrics, cps, columns, ppl)
     return Table(name, title, head + [Column(label, ".3f", key) for label, key in columns], rows)
 
 
@@ -138,8 +147,8 @@ def _convergence_table(conv: Convergence) -> Table:
         Column("curve", ""),
         Column("points", ""),
         Column("state", ""),
-        Column("converges at (tokens seen)", ",.0f"),
-        Column("x val/ppl tokens", ".2f"),
+        Column(f"converges at ({conv.axis.unit})", ",.0f"),
+        Column(f"x {conv.ppl.key} {conv.axis.noun}", ".2f"),
         Column("tail points", ""),
         Column("tail slope / decade", "+.3g"),
         Column("slope SE", ".2g"),
@@ -147,7 +156,7 @@ def _convergence_table(conv: Convergence) -> Table:
         Column("noise", ".2g"),
         Column("noise from", ""),
     ]
-    title = "Convergence (one detector for every curve; val/ppl judged on its log)"
+    title = f"Convergence (one detector for every curve; {conv.ppl.key} judged on its log)"
     return Table("convergence", title, columns, rows)
 
 
@@ -167,12 +176,12 @@ def _tolerance_table(conv: Convergence) -> Table:
         Column("curve", ""),
         Column("tolerance", ""),
         Column("state", ""),
-        Column("within from (tokens seen)", ",.0f"),
+        Column(f"within from ({conv.axis.unit})", ",.0f"),
         Column("final level", ".4g"),
         Column("final points", ""),
         Column("noise", ".2g"),
     ]
-    title = "Time to tolerance (val/ppl relative, on its log; validity absolute)"
+    title = f"Time to tolerance ({conv.ppl.key} relative, on its log; validity absolute)"
     return Table("time_to_tolerance", title, columns, rows)
 
 
@@ -182,7 +191,7 @@ def _short_why(conv: Convergence, key: str, cell: tuple[float, float]) -> str:
     name = analysis.RATIO_CURVES[key][0]
     why = [
         f"{what} {c.settle(eps).state}"
-        for what, c, eps in (("val/ppl", conv.ppl, eps_p), (name, conv.curve(key), eps_v))
+        for what, c, eps in ((conv.ppl.key, conv.ppl, eps_p), (name, conv.curve(key), eps_v))
         if c.settle(eps).state != settling.WITHIN
     ]
     return f"n/a: {'; '.join(why)}"
@@ -201,7 +210,7 @@ def _grid_tables(conv: Convergence) -> list[Table]:
         name = analysis.RATIO_CURVES[key][0]
         curve = conv.curve(key)
         p_eps, v_eps = conv.tolerance.grid(True), conv.tolerance.grid(False)
-        columns = [Column(f"{name} \\ val/ppl", "")] + [
+        columns = [Column(f"{name} \\ {conv.ppl.key}", "")] + [
             Column(f"{settling.eps_text(e, True)} (T {_tokens(conv.ppl.settle(e))})", "") for e in p_eps
         ]
         rows = []
@@ -214,8 +223,8 @@ def _grid_tables(conv: Convergence) -> list[Table]:
                 )
             rows.append([f"{settling.eps_text(ev, False)} (T {_tokens(curve.settle(ev))})", *cells])
         title = (
-            f"Time-to-tolerance ratio, {name} over val/ppl, within this run "
-            f"(value and 95% CI; T: tokens seen to come within the tolerance)"
+            f"Time-to-tolerance ratio, {name} over {conv.ppl.key}, within this run "
+            f"(value and 95% CI; T: {conv.axis.unit} to come within the tolerance)"
         )
         tables.append(Table(f"tolerance_grid_{name}", title, columns, rows))
     return tables
@@ -231,7 +240,7 @@ def _tier_tables(metrics: list[dict[str, Any]], cps: list[Checkpoint]) -> list[T
     return tables
 
 
-def _gap_tables(cps: list[Checkpoint]) -> list[Table]:
+def _gap_tables(cps: list[Checkpoint], axis: Axis) -> list[Table]:
     """Common minus rare characters with the probe's 95% CI over characters: every metric at
     the last checkpoint that has a gap, then V partial at every checkpoint."""
     last = tier_gaps.last_with_gap(cps)
@@ -240,7 +249,7 @@ def _gap_tables(cps: list[Checkpoint]) -> list[Table]:
     groups = tier_gaps.groups(cps)
     columns = [Column("language", ""), *(Column(label, "") for label in tier_gaps.GAP_METRICS.values())]
     rows = [[g, *(tier_gaps.text(tier_gaps.gap(last, g, m)) for m in tier_gaps.GAP_METRICS)] for g in groups]
-    title = f"Tier gap, common - rare, at {tier_gaps.at(last)} (value and 95% CI over characters)"
+    title = f"Tier gap, common - rare, at {tier_gaps.at(last, axis)} (value and 95% CI over characters)"
     curve_columns = [Column(TOKENS, ","), Column("step", ""), *(Column(g, "") for g in groups)]
     curve_rows = [
         [c.tokens_seen, c.step, *(tier_gaps.text(tier_gaps.gap(c, g)) for g in groups)]
@@ -284,7 +293,7 @@ def _value_at(curve: Curve, x: float) -> float | None:
     return curve.values[curve.tokens.index(x)] if x in curve.tokens else None
 
 
-def _mcqa_tables(cps: list[Checkpoint], series: dict[str, float]) -> list[Table]:
+def _mcqa_tables(cps: list[Checkpoint], series: dict[str, float], axis: Axis) -> list[Table]:
     groups = mcqa_trends.task_groups(cps)
     if not groups:
         return []
@@ -305,7 +314,7 @@ def _mcqa_tables(cps: list[Checkpoint], series: dict[str, float]) -> list[Table]
         Column(label, fmt, mcqa_trends.mcqa_key("<task>", metric, protocol))
         for label, protocol, metric, fmt in _TASK_COLUMNS
     ]
-    at = f"{last.tokens_seen:,} tokens seen" if last.tokens_seen is not None else last.key
+    at = axis.at(last.tokens_seen) if last.tokens_seen is not None else last.key
     by_group = [
         _group_table("mcqa_accuracy", "MCQA accuracy, mean over each task group", cps, groups, accuracy),
         _group_table("mcqa_sensitivity", "FSI and PSI, mean over each task group", cps, groups, sensitivity),
@@ -330,25 +339,27 @@ def _mcqa_tables(cps: list[Checkpoint], series: dict[str, float]) -> list[Table]
 def build_tables(
     metrics: list[dict[str, Any]], cps: list[Checkpoint], conv: Convergence, series: dict[str, float]
 ) -> list[Table]:
-    """Every table of the report, in the order of the figures they stand behind."""
+    """Every table of the report, in the order of the figures they stand behind; on the step
+    axis without the tokens-seen column (the step column holds the x)."""
     per_checkpoint = _checkpoint_table(
         "per_checkpoint",
-        "Validation perplexity and Level 0 validity (greedy V, expected p_valid) per checkpoint",
+        f"{conv.ppl_name.capitalize()} and Level 0 validity (greedy V, expected p_valid) per checkpoint",
         metrics,
         cps,
         [(c, k) for c, k in _VALIDITY_COLUMNS if any(k in cp.metrics for cp in cps)],
-        with_ppl=True,
+        ppl=conv.ppl.key,
     )
-    return [
+    tables = [
         per_checkpoint,
         _convergence_table(conv),
         _tolerance_table(conv),
         *_grid_tables(conv),
         *_tier_tables(metrics, cps),
-        *_gap_tables(cps),
-        *_mcqa_tables(cps, series),
+        *_gap_tables(cps, conv.axis),
+        *_mcqa_tables(cps, series, conv.axis),
         *_other_tables(metrics, cps),
     ]
+    return [t.without(TOKENS) for t in tables] if conv.axis == STEP_AXIS else tables
 
 
 ANALYSED = ("level0", "level1", "mcqa")  # the probes the paper's analysis above reads

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from bytecanary import keys, stats
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.report.analysis import Checkpoint
+from bytecanary.report.axis import TOKENS_AXIS, Axis
 
 GAP_METRICS = {"partial": "V partial", "strict": "V strict", "p_valid": "p_valid"}
 GAP_GROUPS = ("all", *LANGUAGES)
@@ -37,17 +38,17 @@ def groups(cps: Sequence[Checkpoint]) -> list[str]:
     return [g for g in GAP_GROUPS if any(gap(c, g) is not None for c in cps)]
 
 
-def at(cp: Checkpoint) -> str:
-    return f"{cp.tokens_seen:,} tokens seen" if cp.tokens_seen is not None else cp.key
+def at(cp: Checkpoint, axis: Axis = TOKENS_AXIS) -> str:
+    return axis.at(cp.tokens_seen) if cp.tokens_seen is not None else cp.key
 
 
-def summary_line(cps: Sequence[Checkpoint]) -> str | None:
+def summary_line(cps: Sequence[Checkpoint], axis: Axis = TOKENS_AXIS) -> str | None:
     """The gap of V partial at the last checkpoint that has one, per group, for the terminal."""
     last = last_with_gap(cps)
     if last is None:
         return None
     cells = "; ".join(f"{g} {text(gap(last, g))}" for g in groups([last]))
-    return f"tier gap, common - rare V partial at {at(last)} (95% CI over characters): {cells}"
+    return f"tier gap, common - rare V partial at {at(last, axis)} (95% CI over characters): {cells}"
 
 
 def scalars(cps: Sequence[Checkpoint]) -> dict[str, float]:

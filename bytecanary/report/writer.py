@@ -1,9 +1,10 @@
-"""``bytecanary report RUN_DIR``: convergence analysis, figures and tables ("Beyond
+"""``bytecanary report PATH``: convergence analysis, figures and tables ("Beyond
 Perplexity: UTF-8 Validity in Byte-aware LMs", arXiv:2606.14122, abstract).
 
-Reads ``RUN_DIR/metrics.jsonl`` and ``RUN_DIR/probes.jsonl`` and writes
-``RUN_DIR/report/``: ``convergence.png``, ``tiers.png``, ``mcqa.png`` and ``report.md``
-with the numbers behind every figure and the commands that reproduce them.
+Reads ``RUN_DIR/metrics.jsonl`` and ``RUN_DIR/probes.jsonl``, or a records file alone
+(``sources``), and writes ``report/`` beside them: ``convergence.png``, ``tiers.png``,
+``mcqa.png`` and ``report.md`` with the numbers behind every figure and the commands that
+reproduce them.
 The folder is built aside and swapped in whole, so a crash never leaves half a report.
 A malformed line of either file (torn, or a record whose ``metrics`` is not a mapping of
 numbers) is skipped with a warning naming ``file:line``: one bad line must not hide a
@@ -15,19 +16,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bytecanary import settling, stats
-from bytecanary.config import read_yaml
+from bytecanary import keys, settling, stats
 from bytecanary.errors import BytecanaryError
-from bytecanary.io import atomic_dir, check_output, read_jsonl, warn
+from bytecanary.io import atomic_dir, check_output, read_jsonl
 from bytecanary.records import Record, merge, read
 from bytecanary.report import analysis, figures, mcqa_trends, tier_gaps
 from bytecanary.report.analysis import Checkpoint, Convergence
-from bytecanary.report.run_state import unfinished
+from bytecanary.report.axis import STEP_NOTE, TOKENS_AXIS, Axis
+from bytecanary.report.sources import RunData, commands, load_run, locate
 from bytecanary.report.tables import Table, build_tables
 from bytecanary.tracking import (
     SIDECAR,
@@ -45,93 +44,13 @@ FIGURES = ("convergence", "tiers", "mcqa")
 _WANDB_RUN_DIR = re.compile(r"^(?:offline-)?run-(\d{8}_\d{6})-([A-Za-z0-9]+)$")
 
 
-@dataclass(frozen=True)
-class RunData:
-    """What a run directory holds for the report: ``probes`` are its successful records merged
-    (``bytecanary.records.merge``), ``left_out`` says which records the merge left out."""
-
-    run_dir: Path
-    metrics: list[dict[str, Any]]
-    probes: list[Record]
-    config: dict[str, Any]
-    left_out: list[str]
-    unfinished: str | None = None
-    """Why the run's training has not finished (``unfinished``); None once it has."""
-
-
-def check_run_dir(run_dir: str | Path) -> Path:
-    """``run_dir``, a training run folder, checked before anything is created: a mistyped
-    path must not be left behind as an empty folder."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        what = "not a folder" if run_dir.exists() else "no such folder"
-        raise BytecanaryError(f"{run_dir}: {what} (give a training run folder, e.g. runs/tiny)")
-    metrics_path = run_dir / "metrics.jsonl"
-    if not metrics_path.is_file():
-        raise BytecanaryError(f"{metrics_path}: no such file (is {run_dir} a training run directory?)")
-    return run_dir
-
-
-def load_run(run_dir: str | Path, on_bad: Callable[[str], None] = warn) -> RunData:
-    """The run's records; ``on_bad`` hears of each line skipped and of each parameterisation
-    left out."""
-    run_dir = check_run_dir(run_dir)
-    metrics_path = run_dir / "metrics.jsonl"
-    probes_path = run_dir / "probes.jsonl"
-    left_out: list[str] = []
-    probe_records = merge(read(probes_path, on_bad), left_out.append)
-    for note in left_out:
-        on_bad(note)
-    config_path = run_dir / "config.yaml"
-    config = _read_config(config_path) if config_path.is_file() else {}
-    metrics = read_jsonl(metrics_path, on_bad=on_bad)
-    return RunData(run_dir, metrics, probe_records, config, left_out, unfinished(run_dir, metrics, on_bad))
-
-
-def _read_config(path: Path) -> dict[str, Any]:
-    config = read_yaml(path)
-    return config if isinstance(config, dict) else {}
-
-
-def _probe_command(data: RunData, run: str) -> str:
-    """``bytecanary probe`` over the run's checkpoints: with the probes and parameters of its
-    config when it has them, else with the probes its records name."""
-    names = ",".join(dict.fromkeys(r.probe for r in data.probes))
-    if data.config.get("probes"):
-        return f"bytecanary probe {run}/checkpoints --config {run}/config.yaml --out {run}/probes.jsonl"
-    return f"bytecanary probe {run}/checkpoints --probes {names} --out {run}/probes.jsonl"
-
-
-def commands(data: RunData) -> list[str]:
-    """Shell lines that rebuild this run and its report (comments say what each reads)."""
-    run = str(data.run_dir)
-    lines = []
-    data_dir = (data.config.get("data") or {}).get("data_dir")
-    if data_dir:
-        name = Path(data_dir).name
-        lines.append(
-            f"bytecanary prepare --config configs/data/{name}.yaml  # builds {data_dir}, the run's data"
-        )
-    if data.config:
-        rerun = f"{(data.config.get('run') or {}).get('name') or data.run_dir.name}-rerun"
-        lines.append(
-            f"bytecanary train --config {run}/config.yaml --run.name={rerun}  # this run's resolved config"
-        )
-    else:
-        lines.append(f"# {run}/config.yaml is missing: the training config of this run is unknown")
-    if data.probes or data.config.get("probes"):
-        lines.append(f"{_probe_command(data, run)}  # skips what probes.jsonl holds")
-    lines.append(f"bytecanary report {run}")
-    return lines
-
-
 def render_markdown(data: RunData, conv: Convergence, tables: list[Table], notes: dict[str, str]) -> str:
     """``report.md``: the headline, every table, why any statistic is missing, and the commands."""
     rule = (
-        f"One detector judges every curve (`stats.detect_convergence`; val/ppl on its log): a "
+        f"One detector judges every curve (`stats.detect_convergence`; {conv.ppl.key} on its log): a "
         f"curve converged at the first checkpoint from which the rest is flat (at least "
-        f"{stats.MIN_TAIL} points, slope per decade of tokens within {stats.SLOPE_Z:g} SE of 0, every "
-        f"point within {stats.BAND_Z:g}x noise of the tail's mean, the slope's upper bound under "
+        f"{stats.MIN_TAIL} points, slope per decade of {conv.axis.noun} within {stats.SLOPE_Z:g} SE of 0, "
+        f"every point within {stats.BAND_Z:g}x noise of the tail's mean, the slope's upper bound under "
         f"{stats.RATE_FRACTION:g}x the rate the curve came at), after departing from that tail by "
         f"more than {stats.MOVE_Z:g}x noise; flat from the start is 'no change beyond noise', no "
         f"flat tail is 'still moving'. Noise: for greedy validity (V partial, strict) the larger "
@@ -139,13 +58,15 @@ def render_markdown(data: RunData, conv: Convergence, tables: list[Table], notes
         f"point ({2 * stats.LOCAL_HALF + 1} nearest, about the line through each one's neighbours): "
         f"prompts flip together, so the scatter between checkpoints can dwarf the binomial SE; "
         f"for expected validity (p_valid) the SE over the samples its probe recorded "
-        f"(p_valid_se); for val/ppl the scatter between neighbouring checkpoints. The ratio's CI "
+        f"(p_valid_se); for {conv.ppl.key} the scatter between neighbouring checkpoints. The ratio's CI "
         f"is a parametric bootstrap (both curves perturbed by their noise, the detector rerun); "
         f"there is a ratio only when both curves converged."
     )
     parts = [
-        f"# bytecanary report: {data.run_dir}\n",
+        f"# bytecanary report: {data.source}\n",
         *([f"**{data.unfinished.removeprefix('note: ')}.**\n"] if data.unfinished else []),
+        *([f"Perplexity: {conv.ppl_name}, `{conv.ppl.key}`.\n"] if conv.ppl.key != keys.val_ppl() else []),
+        *([f"{STEP_NOTE}.\n"] if data.axis != TOKENS_AXIS else []),
         f"{conv.explain()}{' (the paper reports about 2x).' if conv.ratio else '.'}\n",
         f"{conv.explain(analysis.P_VALID_KEY)}.\n",
         f"{conv.explain_tolerance()}.\n",
@@ -175,7 +96,7 @@ def tolerance_rule(tolerance: settling.Tolerance) -> str:
     return (
         f"Time to tolerance (`settling.time_to_tolerance`): T(eps) is the first checkpoint from which a "
         f"curve stays within eps of its final level for the rest of the run (at least "
-        f"{settling.MIN_STAY} checkpoints); eps is relative for val/ppl (a factor 1 + eps, on its log; "
+        f"{settling.MIN_STAY} checkpoints); eps is relative for perplexity (a factor 1 + eps, on its log; "
         f"default {settling.eps_text(tolerance.ppl_tolerance, True)}) and absolute for validity (default "
         f"{settling.eps_text(tolerance.validity_tolerance, False)}). The final level is the mean of the "
         f"last checkpoints within the noise (the last {settling.MIN_STAY}, and each one before them while it "
@@ -252,7 +173,7 @@ def curve_charts(conv: analysis.Convergence) -> dict[str, Any]:
         keys = [c.key for c in curves]
         return wandb.plot.line_series(xs=xs, ys=ys, keys=keys, title=title, xname="tokens_seen")
 
-    charts = {"report/chart/ppl_vs_tokens": chart([conv.ppl], "validation perplexity vs tokens seen")}
+    charts = {"report/chart/ppl_vs_tokens": chart([conv.ppl], f"{conv.ppl_name} vs tokens seen")}
     if conv.validity:
         validity = chart(list(conv.validity.values()), "Level 0 validity vs tokens seen")
         charts["report/chart/validity_vs_tokens"] = validity
@@ -307,17 +228,22 @@ def log_to_wandb(
 
 
 def write_report(
-    run_dir: str | Path, wandb: bool | None = None, tolerance: settling.Tolerance | None = None
+    path: str | Path,
+    wandb: bool | None = None,
+    tolerance: settling.Tolerance | None = None,
+    tokens_per_step: int | None = None,
 ) -> Path:
-    """Write ``run_dir/report/`` whole (figures and ``report.md``) and return it. ``wandb``:
-    also log to the run's W&B run (default: when it has one, ``wandb_run_id``), with the probe
-    records its history lacks. Offline, it prints one ``wandb sync`` of the run's whole
-    ``wandb/``: the training run, a sidecar's and every report, each uploaded once (W&B marks
-    what it synced). ``tolerance``: the time-to-tolerance settings (default
-    ``settling.Tolerance()``)."""
-    check_output(check_run_dir(run_dir) / REPORT_DIR, folder=True)  # before the work: report/ may be a file
-    data = load_run(run_dir)
-    conv = analysis.convergence(data.metrics, data.probes, tolerance)
+    """Write ``report/`` whole (figures and ``report.md``) into a run folder, or beside a
+    records file (``sources.locate``), and return it. ``wandb``: also log to a training run's
+    W&B run (default: when it has one, ``wandb_run_id``), with the probe records its history
+    lacks. Offline, it prints one ``wandb sync`` of the run's whole ``wandb/``: the training
+    run, a sidecar's and every report, each uploaded once (W&B marks what it synced). Records
+    without a training run have no W&B run to log to. ``tolerance``: the time-to-tolerance
+    settings (default ``settling.Tolerance()``); ``tokens_per_step``: places records without
+    tokens seen at step x N (``axis.place``)."""
+    check_output(locate(path)[0] / REPORT_DIR, folder=True)  # before the work: report/ may be a file
+    data = load_run(path, tokens_per_step=tokens_per_step)
+    conv = analysis.convergence(data.metrics, data.probes, tolerance, data.axis)
     cps = analysis.checkpoints(data.probes)
     notes: dict[str, str] = {}
     series = mcqa_trends.mcqa_series(data.probes, notes) if mcqa_trends.mcqa_tasks(cps) else {}
@@ -325,9 +251,13 @@ def write_report(
     out = data.run_dir / REPORT_DIR
     with atomic_dir(out) as tmp:
         figures.plot_convergence(conv, tmp / "convergence.png")
-        figures.plot_tiers(cps, tmp / "tiers.png")
-        figures.plot_mcqa(cps, tmp / "mcqa.png")
+        figures.plot_tiers(cps, tmp / "tiers.png", data.axis)
+        figures.plot_mcqa(cps, tmp / "mcqa.png", data.axis)
         (tmp / "report.md").write_text(render_markdown(data, conv, tables, notes), encoding="utf-8")
+    if not data.training:
+        if wandb:
+            print(f"W&B: nothing logged: {data.source} is no training run, so it has no W&B run to add to")
+        return out
     use_wandb = wandb_run_id(data.run_dir) is not None if wandb is None else wandb
     if use_wandb:
         offline = log_to_wandb(data, out, tables, _scalars(conv, cps, series), curve_charts(conv))
@@ -339,17 +269,21 @@ def write_report(
     return out
 
 
-def report_summary(run_dir: str | Path, tolerance: settling.Tolerance | None = None) -> str:
-    """A few lines for the terminal: a note if the run is unfinished, what perplexity,
-    V_partial and p_valid did, the ratios of the two to perplexity (flat tail, and time to
-    ``tolerance`` within this run), the tier gap, the share of the run spent in probes, the
-    report's path (after ``write_report``, which warned of any bad line already)."""
-    data = load_run(run_dir, on_bad=lambda message: None)
+def report_summary(
+    path: str | Path, tolerance: settling.Tolerance | None = None, tokens_per_step: int | None = None
+) -> str:
+    """A few lines for the terminal: a note if the run is unfinished, the x-axis where it is
+    the step, what perplexity, V_partial and p_valid did, the ratios of the two to perplexity
+    (flat tail, and time to ``tolerance`` within this run), the tier gap, the share of the run
+    spent in probes, the report's path (after ``write_report``, which warned of any bad line
+    already)."""
+    data = load_run(path, on_bad=lambda message: None, tokens_per_step=tokens_per_step)
     cost = analysis.probe_cost(data.metrics)
     return "\n".join(
         [
             *([data.unfinished] if data.unfinished else []),
-            *ratio_lines(data.metrics, data.probes, tolerance),
+            *([STEP_NOTE] if data.axis != TOKENS_AXIS else []),
+            *ratio_lines(data.metrics, data.probes, tolerance, data.axis),
             *([f"probes: {cost.describe()}"] if cost else []),
             f"report: {data.run_dir / REPORT_DIR / 'report.md'} (+ {', '.join(f'{n}.png' for n in FIGURES)})",
         ]
@@ -366,33 +300,37 @@ def probe_ratio_lines(run_dir: Path, out: Path) -> list[str]:
     return ratio_lines(metrics, merge(read(out, lambda message: None)))  # the tables above warned
 
 
+def ratio_text(r: stats.RatioEstimate, note: str = "") -> str:
+    """A convergence ratio with its 95% CI, as every report states it."""
+    return f"{r.value:.2f}x (95% CI {r.lo:.2f}-{r.hi:.2f}{note})"
+
+
 def ratio_lines(
-    metrics: list[dict[str, Any]], probes: list[Record], tolerance: settling.Tolerance | None = None
+    metrics: list[dict[str, Any]],
+    probes: list[Record],
+    tolerance: settling.Tolerance | None = None,
+    axis: Axis = TOKENS_AXIS,
 ) -> list[str]:
     """What perplexity, V_partial and p_valid did and the two ratios to perplexity (flat tail,
     and time to ``tolerance`` within this run), then the tier gap at the last checkpoint."""
-    conv = analysis.convergence(metrics, probes, tolerance)
+    conv = analysis.convergence(metrics, probes, tolerance, axis)
     eps = conv.tolerance
     within = (
         f"{settling.eps_text(eps.validity_tolerance, False)} vs {settling.eps_text(eps.ppl_tolerance, True)}"
     )
-    lines = [f"validation perplexity {conv.ppl.describe}"]
+    lines = [f"{conv.ppl_name} {conv.describe(conv.ppl)}"]
     for key, (name, what) in analysis.RATIO_CURVES.items():
         curve, r = conv.curve(key), conv.ratios[key]
-        lines.append(f"{what} {curve.describe if curve else 'has no records'}")
+        lines.append(f"{what} {conv.describe(curve) if curve else 'has no records'}")
         paper = "; the paper reports about 2x" if key == analysis.HEADLINE_KEY else ""
-        ratio = (
-            f"{r.value:.2f}x (95% CI {r.lo:.2f}-{r.hi:.2f}{paper})"
-            if r
-            else f"n/a ({conv.why_no_ratio(key)})"
-        )
-        lines.append(f"{name}/perplexity tokens: {ratio}")
+        ratio = ratio_text(r, paper) if r else f"n/a ({conv.why_no_ratio(key)})"
+        lines.append(f"{name}/perplexity {axis.noun}: {ratio}")
         t = conv.tolerance_ratio(key)
         settled = (
             f"{t.value:.2f}x (95% CI {settling.ci_text(t)})"
             if t
             else f"n/a ({conv.why_no_tolerance_ratio(key)})"
         )
-        lines.append(f"{name}/perplexity tokens to tolerance ({within}, within this run): {settled}")
-    gap = tier_gaps.summary_line(analysis.checkpoints(probes))
+        lines.append(f"{name}/perplexity {axis.noun} to tolerance ({within}, within this run): {settled}")
+    gap = tier_gaps.summary_line(analysis.checkpoints(probes), axis)
     return [*lines, *([gap] if gap else [])]

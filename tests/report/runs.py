@@ -176,3 +176,39 @@ def assert_one_sync_of_every_offline_run(printed: str, run: Path, n: int) -> Non
     )
     listed = {Path(x.split()[-1]).resolve().parent for x in dry.stderr.splitlines() if x.endswith(".wandb")}
     assert listed == set((run / "wandb").glob("offline-run-*")) and len(listed) == n, dry.stderr
+
+
+HUB_MODEL = "EleutherAI/pythia-160m"
+HUB_TOKENS_PER_STEP = 20  # the hub series' step t // 20 holds the curves of ``make_run`` at tokens t
+
+
+def hub_records(tokens_per_step: int | None = None, mcqa_records: bool = False) -> list[Record]:
+    """A hub-like series: revisions ``step1000`` .. ``step20000`` of one model with the ``ppl``
+    probe's held-out perplexity and Level 0 records, shaped as ``make_run``'s curves (perplexity
+    converges at step 5,000, validity at 10,000); tokens_seen null unless ``tokens_per_step``
+    (as ``bytecanary probe --tokens_per_step`` writes them)."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for t in TOKENS:
+        step = t // HUB_TOKENS_PER_STEP
+        held_out = {"probe/ppl/val/all/ppl": ppl(t), "probe/ppl/val/all/bpb": math.log2(ppl(t)) / 4}
+        probes = [("ppl", held_out), ("level0", level0(t))] + (
+            [("mcqa", mcqa(t, rng))] if mcqa_records else []
+        )
+        for probe, metrics in probes:
+            rows.append(
+                Record(
+                    checkpoint=f"{HUB_MODEL}@step{step}",
+                    step=step,
+                    tokens_seen=step * tokens_per_step if tokens_per_step else None,
+                    probe=probe,
+                    version=1,
+                    fingerprint="p",
+                    status="ok",
+                    error=None,
+                    seconds=1.0,
+                    threads=1,
+                    metrics=metrics,
+                )
+            )
+    return rows

@@ -206,9 +206,14 @@ def test_unterminated_last_line_is_a_write_in_flight(tmp_path):
         read_jsonl(path)
 
 
-def test_missing_metrics_is_one_error_naming_the_path(tmp_path):
-    with pytest.raises(BytecanaryError, match=r"metrics\.jsonl: no such file"):
+def test_a_folder_without_metrics_or_records_is_one_error_naming_it(tmp_path):
+    with pytest.raises(BytecanaryError) as err:
         write_report(tmp_path, wandb=False)
+    assert str(err.value) == (
+        f"{tmp_path}: no training run (metrics.jsonl: no such file) and no probe records (probes.jsonl); "
+        f"make records with bytecanary probe {tmp_path} --out {tmp_path / 'probes.jsonl'}"
+    )
+    assert not (tmp_path / "report").exists()
 
 
 def test_failed_write_keeps_the_previous_report_whole(reported, tmp_path, monkeypatch):
