@@ -12,6 +12,7 @@ import torch
 import yaml
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from bytecanary import keys
 from bytecanary.cli import main
 from bytecanary.probes import level0, level1
 from bytecanary.probes.runner import Job, resolve, run, watch
@@ -139,22 +140,38 @@ def test_exported_model_and_revision_series(trained_run, small_data, tmp_path):
     # (a snapshot per commit, refs/<branch> naming it), offline, as a user with a cache has it
     cache = tmp_path / "hub"
     repo = cache / "models--bc--tiny"
-    for rev, step in (("step1000", 4), ("step2000", 8)):
-        commit = f"{step:040d}"
-        export(trained_run / "checkpoints" / f"step{step:07d}.safetensors", repo / "snapshots" / commit)
+    sources = ("step0000004.safetensors", "step0000008.safetensors", "step0000008.ckpt")  # bf16, bf16, fp32
+    revisions = {f"step{i}000": name for i, name in enumerate(sources, 1)}
+    for i, (rev, name) in enumerate(revisions.items()):
+        commit = f"{i:040d}"
+        export(trained_run / "checkpoints" / name, repo / "snapshots" / commit)
         (repo / "snapshots" / commit / "bytecanary.json").unlink()  # a hub model has none
         (repo / "refs").mkdir(exist_ok=True)
         (repo / "refs" / rev).write_text(commit, encoding="utf-8")
-    series = tmp_path / "series.jsonl"
+    series = tmp_path / "pythia" / "probes.jsonl"
     level0 = str(small_data / "evalsets" / "level0_zh.json")
-    done = bytecanary("probe", "bc/tiny", "--revision", "step1000,step2000", "--probes", "level0",
-                      "--eval_sets.level0", level0, "--trial=true", "--wandb=false", "--out", str(series),
+    done = bytecanary("probe", "bc/tiny", "--revision", ",".join(revisions), "--probes", "ppl,level0",
+                      "--eval_sets.level0", level0, "--eval_sets.ppl", str(small_data), "--trial=true",
+                      "--tokens_per_step", "2097152", "--wandb=false", "--out", str(series),
                       env={"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     rows = read_records(series)
-    assert [r.checkpoint for r in rows] == ["bc/tiny@step1000", "bc/tiny@step2000"]
-    assert [r.step for r in rows] == [1000, 2000]  # from the revision's name
-    assert rows[0].metrics != rows[1].metrics  # each revision's own weights
+    level0_rows = [r for r in rows if r.probe == "level0"]
+    assert [r.checkpoint for r in level0_rows] == [f"bc/tiny@{rev}" for rev in revisions]
+    assert [r.step for r in level0_rows] == [1000, 2000, 3000]  # from the revision's name
+    assert [r.tokens_seen for r in level0_rows] == [s * 2097152 for s in (1000, 2000, 3000)]
+    assert level0_rows[0].metrics != level0_rows[1].metrics  # each revision's own weights
+    ppl = {r.step: r.metrics[keys.heldout()] for r in rows if r.probe == "ppl"}
+    assert sorted(ppl) == [1000, 2000, 3000] and ppl[1000] > ppl[3000]  # the micro run learns
+    # the records alone report: the held-out perplexity is the curve the ratios are taken against
+    report_dir = series.parent / "report"
+    assert main(["report", str(series)]) == 0
+    written = sorted(p.name for p in report_dir.iterdir())
+    assert written == ["convergence.png", "mcqa.png", "report.md", "tiers.png"]
+    text = (report_dir / "report.md").read_text(encoding="utf-8")
+    assert "held-out perplexity" in text and "validity/perplexity" in text
+    for step, value in ppl.items():  # the curve's points are the records' values, at step x N
+        assert f"{step * 2097152:,}" in text and f"{value:.{3}f}" in text
 
 
 def test_gpt2_byte_level_model_from_any_folder(gpt2_tokenizer, eval_dir, tmp_path):
