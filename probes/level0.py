@@ -58,7 +58,7 @@ TABLE = Table(
         ("strict", keys.level0(metric="strict")),
         ("p_valid", keys.level0(metric="p_valid")),
         ("gold win", keys.level0(metric="gold_win_rate")),
-        ("ppl", keys.level0(metric="ppl")),
+        ("gen ppl", keys.level0(metric="ppl")),
     ),
     lambda lang: keys.level0(lang, metric="partial"),
 )

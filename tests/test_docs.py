@@ -160,6 +160,77 @@ def test_readme_is_a_quickstart() -> None:
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines, at most {README_MAX_LINES}"
 
 
+# a glossary term as written in prose (case and word boundaries kept exact, to avoid false hits)
+# -> its entry in docs/glossary.md
+GLOSSARY_TERMS = {
+    r"\bDFA\b": "dfa",
+    r"\bMCQA\b": "mcqa",
+    r"\bLevel 0\b": "level-0",
+    r"\bLevel 1\b": "level-1",
+    r"\bbyte[- ]fallback\b": "byte-fallback",
+    r"\bV_partial\b": "v_partial",
+    r"\bp_valid\b": "p_valid",
+    r"\bTerm Match\b": "term-match",
+    r"\bMatched-and-Dashed\b": "matched-and-dashed",
+    r"\bFSI\b": "fsi-and-psi",
+    r"\b[Ff]lat[- ]tail\b": "flat-tail",
+    r"\b[Tt]ime to tolerance\b": "time-to-tolerance",
+    r"\bbits per byte\b": "bits-per-byte",
+    r"\b[Hh]eld-out perplexity\b": "held-out-perplexity",
+    r"\bsidecar\b": "sidecar",
+}
+GLOSSARY = ROOT / "docs" / "glossary.md"
+IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
+
+
+def prose_only(paragraph: str) -> str:
+    """The paragraph with inline code, images and heading lines blanked (offsets kept)."""
+    text = blank_code(paragraph)
+    text = IMAGE.sub(lambda m: " " * len(m.group(0)), text)
+    return "\n".join(" " * len(line) if HEADING.match(line) else line for line in text.split("\n"))
+
+
+def unlinked_terms(path: Path) -> list[str]:
+    """Each glossary term whose first prose use in ``path`` is not a link to its entry."""
+    problems, found = [], set()
+    for first, paragraph in paragraphs(path.read_text(encoding="utf-8")):
+        prose = prose_only(paragraph)
+        spans = [(m.start(), m.end(), m.group(1)) for m in INLINE_LINK.finditer(prose)]
+        for term, anchor in GLOSSARY_TERMS.items():
+            match = None if term in found else re.search(term, prose)
+            if match is None:
+                continue
+            found.add(term)
+            target = next((t for s, e, t in spans if s <= match.start() < e), "")
+            if not target.endswith(f"glossary.md#{anchor}"):
+                number = first + prose.count("\n", 0, match.start())
+                problems.append(
+                    f"{path.relative_to(ROOT)}:{number}: {match.group(0)!r} -> glossary.md#{anchor}"
+                )
+    return problems
+
+
+# left out: docs/ppl-probe.md, the ppl probe's own page (its first uses are linked where it is written)
+GLOSSARY_UNLINKED = {ROOT / "docs" / "ppl-probe.md"}
+
+
+def glossary_linked_files() -> list[Path]:
+    """README and the topic pages; not the glossary itself, nor results or tutorials."""
+    pages = sorted(p for p in (ROOT / "docs").glob("*.md") if p != GLOSSARY and p not in GLOSSARY_UNLINKED)
+    return [README, *pages]
+
+
+@pytest.mark.parametrize("path", glossary_linked_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_terms_first_use_links_the_glossary(path: Path) -> None:
+    problems = unlinked_terms(path)
+    assert not problems, "first use of a term without its glossary link:\n" + "\n".join(problems)
+
+
+def test_every_glossary_term_has_its_entry() -> None:
+    assert set(GLOSSARY_TERMS.values()) <= anchors(GLOSSARY)
+    assert unlinked_terms(GLOSSARY)  # guards the check: the glossary uses its terms unlinked
+
+
 def test_slug_matches_github() -> None:
     assert slug("Data: `bytecanary prepare`") == "data-bytecanary-prepare"
     assert slug("Monitoring in W&B") == "monitoring-in-wb"

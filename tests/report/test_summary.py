@@ -66,7 +66,7 @@ def _row(text: str, title: str, name: str) -> list[str]:
 def test_level0_table_has_headline_language_and_tier_columns(records):
     text = summary(records)
     head = f"{'checkpoint':<28}{'step':>8}{'tokens':>12}" + "".join(
-        f"{n:>11}" for n in ("partial", "strict", "p_valid", "gold win", "ppl", "en", "ja")
+        f"{n:>11}" for n in ("partial", "strict", "p_valid", "gold win", "gen ppl", "en", "ja")
     )
     assert text.startswith("Level 0 (context-free validity)\n" + head + "\n")
     cells = ["0.600", "0.250", "0.125", "1.000", "1234.568", "0.900", "0.800"]

@@ -16,7 +16,12 @@ from bytecanary.errors import BytecanaryError
 from bytecanary.train.cli import make_cli
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", ROOT / "docs" / "gpus.md", ROOT / "configs" / "gpt2-355m.yaml"]  # its header
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "docs" / "gpus.md",
+    ROOT / "docs" / "tutorials" / "train.md",
+    ROOT / "configs" / "gpt2-355m.yaml",  # its header
+]
 # what a CPU test changes in a documented command: the device, a tiny model on the small
 # data (150,000 planned steps would exceed its budget), nothing written, no probes
 ON_CPU = [
