@@ -75,13 +75,22 @@ def _in_step_order(records: dict[str, Record]) -> list[Record]:
 
 
 def _name(record: Record) -> str:
-    """A checkpoint's short name: its file or folder (without a ``@revision``)."""
-    return Path(record.checkpoint.split("@")[0]).name[-28:]
+    """A checkpoint's short name: its file or folder, with its ``@revision`` (a hub series'
+    rows differ by that alone)."""
+    path, at, revision = record.checkpoint.partition("@")
+    return f"{Path(path).name}{at}{revision}"[-28:]
+
+
+def _tokens(tokens: int | None) -> str:
+    """Tokens seen in the column's 11 characters: in billions once the digits would not fit."""
+    if tokens is None:
+        return "-"
+    return f"{tokens:,}" if tokens < 10**9 else f"{tokens / 1e9:,.3f}B"
 
 
 def _row_head(record: Record) -> str:
     """checkpoint, step, tokens seen: the first columns of every row."""
-    tokens = f"{record.tokens_seen:,}" if record.tokens_seen is not None else "-"
+    tokens = _tokens(record.tokens_seen)
     step = record.step if record.step is not None else "-"
     return f"{_name(record):<28}{step:>8}{tokens:>12}"
 

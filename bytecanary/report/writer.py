@@ -173,14 +173,20 @@ def curve_charts(conv: analysis.Convergence) -> dict[str, Any]:
         keys = [c.key for c in curves]
         return wandb.plot.line_series(xs=xs, ys=ys, keys=keys, title=title, xname="tokens_seen")
 
-    charts = {"report/chart/ppl_vs_tokens": chart([conv.ppl], f"{conv.ppl_name} vs tokens seen")}
-    if conv.validity:
-        validity = chart(list(conv.validity.values()), "Level 0 validity vs tokens seen")
-        charts["report/chart/validity_vs_tokens"] = validity
-    if conv.p_valid:
-        p_valid = chart(list(conv.p_valid.values()), "Level 0 expected validity (p_valid) vs tokens seen")
-        charts["report/chart/p_valid_vs_tokens"] = p_valid
-    return charts
+    groups = {
+        "report/chart/ppl_vs_tokens": ([conv.ppl], f"{conv.ppl_name} vs tokens seen"),
+        "report/chart/validity_vs_tokens": (list(conv.validity.values()), "Level 0 validity vs tokens seen"),
+        "report/chart/p_valid_vs_tokens": (
+            list(conv.p_valid.values()),
+            "Level 0 expected validity (p_valid) vs tokens seen",
+        ),
+    }
+    # a chart without a point (a run killed before its first validation) is left out
+    return {
+        name: chart(curves, title)
+        for name, (curves, title) in groups.items()
+        if any(c.tokens for c in curves)
+    }
 
 
 def log_to_wandb(

@@ -192,3 +192,22 @@ def test_a_nan_metric_is_n_a_in_its_cell(tmp_path):
     )
     row = _row(summary(tmp_path / "probes.jsonl"), "Level 0", "step0000001.ckpt")
     assert row[3:6] == ["0.600", "0.250", "n/a"]
+
+
+def test_a_hub_series_rows_name_their_revision_and_keep_their_columns(tmp_path):
+    rows = [
+        {
+            **_record(step, "level0", _level0(1)),
+            "checkpoint": f"EleutherAI/pythia-160m@step{step}",
+            "tokens_seen": step * 2_097_152,
+        }
+        for step in (1000, 143000)
+    ]
+    write_jsonl(tmp_path / "probes.jsonl", rows)
+    block = summary(tmp_path / "probes.jsonl").split("\n\n")[0].splitlines()
+    width = len(block[1])  # the header's
+    assert [line[:48] for line in block[2:4]] == [
+        f"{'pythia-160m@step1000':<28}{1000:>8}{'2.097B':>12}",
+        f"{'pythia-160m@step143000':<28}{143000:>8}{'299.893B':>12}",
+    ]
+    assert all(len(line) == width for line in block[2:4])  # no cell runs into the next

@@ -12,8 +12,9 @@ from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_jsonl
 from bytecanary.report import analysis, figures
 from bytecanary.report.tables import Column
-from bytecanary.report.writer import _scalars, load_run, report_summary, write_report
+from bytecanary.report.writer import _scalars, curve_charts, load_run, report_summary, write_report
 
+from . import runs
 from .runs import TIER_GAP, TOKENS, assert_one_sync_of_every_offline_run, is_png, make_run, tier_gap
 
 
@@ -324,3 +325,9 @@ def test_report_takes_its_tolerances_as_flags_and_refuses_one_out_of_range(tmp_p
     assert main(["report", str(run), "--wandb=false", "--ppl_tolerance", "2"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: ") and "--ppl_tolerance must be in (0, 1), not 2.0" in line
+
+
+def test_a_run_killed_before_its_first_validation_charts_what_it_has():
+    probes = [runs.record(t, "level0", runs.level0(t)) for t in (1_000, 2_000, 4_000)]
+    charts = curve_charts(analysis.convergence([], probes))
+    assert sorted(charts) == ["report/chart/p_valid_vs_tokens", "report/chart/validity_vs_tokens"]
