@@ -8,11 +8,25 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import ByT5Tokenizer, PreTrainedTokenizerFast
 
 import bytecanary.probes  # noqa: F401  (registering the probes declares how their keys are shown)
+
+
+def _share_the_cores() -> None:
+    """Under pytest-xdist each worker takes its share of the cores (unless OMP_NUM_THREADS says
+    otherwise), it and the processes its tests start: threads beyond the cores slow all down."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        share = max(1, (os.cpu_count() or 1) // workers)
+        os.environ["OMP_NUM_THREADS"] = str(share)
+        torch.set_num_threads(share)
+
+
+_share_the_cores()
 
 SAMPLE_TEXT = [
     "The quick brown fox jumps over the lazy dog.",
