@@ -37,7 +37,7 @@ demo: $(STAMP)
 # everything but the 355M preset's runs on CPU, on up to 4 cores (pytest-xdist); no test has a
 # wall-clock limit, so a loaded machine makes it slower, not red
 test: $(STAMP) lint
-	$(PY) -m pytest -n auto --maxprocesses 4 -m "not compile and not big and not rehearsal"
+	$(PY) -m pytest -n auto --maxprocesses 4 --dist worksteal -m "not compile and not big and not rehearsal"
 
 # the 355M preset on CPU (markers big and compile): one optimizer step eager and with
 # torch.compile (about 100 s of inductor compilation), its export and its probe; minutes on
