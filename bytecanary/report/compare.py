@@ -34,6 +34,7 @@ COLORS = (
     "tab:olive",
 )
 MCQA_PROTOCOLS = (keys.CLOZE, keys.SEPARATE, keys.MERGED, keys.DASHED)  # the first every run has is drawn
+BPB_KEY = keys.heldout(metric="bpb")
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,12 @@ def _mcqa_curve(run: Run, protocol: str) -> Curve:
     return mcqa_trends.group_mean_curve(run.cps, mcqa_trends.mcqa_tasks(run.cps), "acc", protocol)
 
 
+def _bpb_curve(run: Run) -> Curve:
+    """The ``ppl`` probe's bits per byte over all languages: unlike perplexity, comparable
+    between runs whose tokenizers differ."""
+    return analysis.probe_curve(run.cps, BPB_KEY)
+
+
 def _panels(runs: Sequence[Run]) -> list[tuple[str, Callable[[Run], Curve | None]]]:
     """(title, the curve of a run) per panel."""
     panels: list[tuple[str, Callable[[Run], Curve | None]]] = [
@@ -111,6 +118,8 @@ def _panels(runs: Sequence[Run]) -> list[tuple[str, Callable[[Run], Curve | None
         ("Level 0 V partial (all)", lambda r: r.conv.headline),
         ("Level 0 p_valid (all)", lambda r: r.conv.curve(analysis.P_VALID_KEY)),
     ]
+    if all(_bpb_curve(r).tokens for r in runs):
+        panels.insert(1, ("held-out bits per byte (ppl probe)", _bpb_curve))
     protocol = _mcqa_protocol(runs)
     if protocol:
         title = f"MCQA {keys.PROTOCOL_LABELS[protocol]} accuracy, mean over tasks"
@@ -181,6 +190,7 @@ def _row(run: Run) -> list[Any]:
         *ratios,
         gap,
         *(_final(c) for c in curves),
+        _final(_bpb_curve(run)),
     ]
 
 
@@ -200,6 +210,7 @@ def compare_table(runs: Sequence[Run]) -> Table:
         Column("final perplexity", ",.1f", keys.val_ppl()),
         Column("final V partial", ".3f", analysis.HEADLINE_KEY),
         Column("final p_valid", ".3f", analysis.P_VALID_KEY),
+        Column("final held-out bpb", ".3f", BPB_KEY),
     ]
     return Table("compare", "Convergence of each run", columns, [_row(r) for r in runs])
 

@@ -159,6 +159,30 @@ def test_runs_on_the_step_are_compared_on_the_step(tmp_path):
     assert "at 20,000 steps" in _row(md, "p1")["tier gap all, common - rare V partial (95% CI)"]
 
 
+def test_runs_that_all_have_held_out_bits_per_byte_are_drawn_and_tabled_by_it(runs_dir, tmp_path):
+    for name in ("p1", "p2"):
+        (tmp_path / name).mkdir()
+        write_jsonl(tmp_path / name / "probes.jsonl", hub_records())
+    runs = compare.load_runs([tmp_path / "p1", tmp_path / "p2"], None, None)
+    panels = {ax.get_title(): ax for ax in compare.compare_figure(runs).axes}
+    bpb = [r.metrics["probe/ppl/val/all/bpb"] for r in hub_records() if r.probe == "ppl"]
+    drawn = [
+        line
+        for line in panels["held-out bits per byte (ppl probe)"].lines
+        if line.get_label() in ("p1", "p2")
+    ]
+    assert [list(line.get_ydata()) for line in drawn] == [bpb, bpb]
+    compare.write_compare([tmp_path / "p1", tmp_path / "p2"])
+    md = (tmp_path / "compare-p1-p2" / "compare.md").read_text(encoding="utf-8")
+    assert _row(md, "p1")["final held-out bpb"] == f"{bpb[-1]:.3f}"
+    # a training run without ppl records: no such panel, and its cell is absent, not 0
+    mixed = compare.load_runs([runs_dir / "a", runs_dir / "b"], None, None)
+    assert "held-out bits per byte (ppl probe)" not in [
+        ax.get_title() for ax in compare.compare_figure(mixed).axes
+    ]
+    assert compare.compare_table(mixed).rows[0][-1] is None
+
+
 def test_out_holding_other_files_is_refused(runs_dir, tmp_path, capsys):
     mine = tmp_path / "notes"
     mine.mkdir()
