@@ -82,6 +82,11 @@ class ShardBatches:
             k += 1
 
 
+# a language read this much more often than the average binds the data budget: below it, the
+# mixture is the shards' own shares up to the document cut (prepare's mixture_cut)
+LOPSIDED = 1.1
+
+
 def _count(tokens: float) -> str:
     """4.92B, 0.85M: a token count a reader takes in at a glance."""
     return f"{tokens / 1e9:.2f}B" if tokens >= 1e9 else f"{tokens / 1e6:.2f}M"
@@ -155,6 +160,7 @@ class ShardDataModule(L.LightningDataModule):
         self._open("val")
         # the training tokens of the languages the mixture samples: what check_repeats divides by
         self.train_tokens = sum(len(shard) for shard, w in zip(train, self.weights, strict=True) if w > 0)
+        self.language_tokens = {lang: len(shard) for lang, shard in zip(self.languages, train, strict=True)}
 
     def _open(self, split: str) -> list[TokenSeries]:
         shards = [
@@ -167,15 +173,18 @@ class ShardDataModule(L.LightningDataModule):
         return shards
 
     def check_repeats(self, trainer: L.Trainer) -> None:
-        """Refuse a plan that reads each training token more than ``max_repeats`` times on average,
-        and warn (rank 0) above once: a preset left on a small corpus would train on copies of
-        it. Takes the built trainer: its world size is what the launcher (srun, torchrun) gave."""
+        """Refuse a plan that reads the training tokens (a mixture's most read language's, where it
+        binds) more than ``max_repeats`` times, and warn (rank 0) above once: a preset left on a
+        small corpus would train on copies of it. Takes the built trainer: its world size."""
         if self.max_repeats is None or trainer.max_steps < 0:  # no limit, or no planned end
             return
         steps, accumulate, world = trainer.max_steps, trainer.accumulate_grad_batches, trainer.world_size
         planned = steps * accumulate * self.batch_size * self.seq_len * world
         repeats = planned / self.train_tokens
-        if repeats <= 1:
+        lang, most = self._most_repeated(planned)
+        lopsided = most > LOPSIDED * repeats  # a mixture far from the shards' own shares: one language binds
+        binding = most if lopsided else repeats
+        if binding <= 1:
             return
         accumulated = f" x {accumulate} accumulated" if accumulate > 1 else ""
         devices = f"{world} device{'s' if world > 1 else ''}"
@@ -184,13 +193,29 @@ class ShardDataModule(L.LightningDataModule):
             f"the plan trains {_count(planned)} tokens ({plan}), {repeats:,.1f} times "
             f"{self.data_dir}'s {_count(self.train_tokens)} training tokens"
         )
-        if repeats > self.max_repeats:
+        if lopsided:
+            share = self.weights[self.languages.index(lang)] / self.weights.sum()
+            tokens = _count(self.language_tokens[lang])
+            counts += f"; {lang}, {share:.0%} of the mixture, is read {most:,.1f} times its {tokens} tokens"
+        if binding > self.max_repeats:
             raise BytecanaryError(
                 f"data.max_repeats: {counts}, above the limit of {self.max_repeats:g}; prepare more data "
                 "(configs/data/paper.yaml) or raise --data.max_repeats (null: no limit)"
             )
         if trainer.is_global_zero:
             warn(f"data.max_repeats: {counts}; within the limit of {self.max_repeats:g}: the data repeats")
+
+    def _most_repeated(self, planned: int) -> tuple[str, float]:
+        """The language the mixture reads most often over and how often: the sampler draws
+        languages by weight, so a language given more than its share of the tokens repeats first."""
+        shares = self.weights / self.weights.sum()
+        times = {
+            lang: planned * w / self.language_tokens[lang]
+            for lang, w in zip(self.languages, shares, strict=True)
+            if w > 0
+        }
+        lang = max(times, key=times.__getitem__)
+        return lang, times[lang]
 
     def train_dataloader(self) -> ShardBatches:
         trainer = self.trainer

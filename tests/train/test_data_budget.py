@@ -2,6 +2,8 @@
 ``error:`` line once the trainer is built, before any step and with no run folder written;
 more than once is one ``warning:`` line with the same counts; null turns the check off."""
 
+import json
+import math
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,21 @@ def test_the_tiny_presets_1000_steps_warn_and_are_not_refused(small_data, tmp_pa
     assert cli.trainer.max_steps * cli.datamodule.batch_size * cli.datamodule.seq_len == planned
     (warning,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
     assert f"{planned / training_tokens(small_data):,.1f} times" in warning
+
+
+def test_a_mixture_that_reads_one_language_more_often_is_judged_by_that_language(micro, small_data, capsys):
+    """en at 70% of the mixture holds a tenth of the tokens: it repeats some 7 times as often as
+    the average, so it is what the limit is held to, and the line names it."""
+    mixture = {"en": 0.7, "ja": 0.1, "ko": 0.1, "zh": 0.1}
+    index = read_json(small_data / "shards" / "index.json")
+    en = index["languages"]["en"]["train"]["tokens"]
+    steps = math.ceil(12 * en / 0.7 / (BATCH * SEQ))  # en read about 12 times: above 10
+    args = [f"--trainer.max_steps={steps}", f"--data.mixture={json.dumps(mixture)}", "--run.name=mix"]
+    assert main(["train", "--config", str(micro), *args]) == 2
+    planned = steps * BATCH * SEQ
+    assert planned / training_tokens(small_data) < 10  # the average alone would pass
+    en_line = f"en, 70% of the mixture, is read {0.7 * planned / en:,.1f} times its {en / 1e6:.2f}M tokens"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: data.max_repeats: {counts(small_data, steps, 1, 1)}; {en_line}, above the limit "
+        "of 10; prepare more data (configs/data/paper.yaml) or raise --data.max_repeats (null: no limit)"
+    )
