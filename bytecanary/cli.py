@@ -14,9 +14,8 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from docstring_parser import parse as parse_docstring
 from jsonargparse import ArgumentError, ArgumentParser
@@ -25,8 +24,8 @@ from bytecanary.config import flag_names, parse_error
 from bytecanary.data.parallel import Parallel
 from bytecanary.errors import BytecanaryError
 from bytecanary.flags import arguments, command_parser, modernize
+from bytecanary.probe_options import ProbeOptions
 from bytecanary.settling import Tolerance
-from bytecanary.tracking import DEFAULT_PROJECT
 
 DESCRIPTION = (
     "Train byte-aware language models and probe every checkpoint for UTF-8 validity and MCQA scoring traps."
@@ -81,87 +80,6 @@ def export(checkpoint: str, out_dir: str, *, force: bool = False) -> int:
     return 0
 
 
-@dataclass
-class ProbeSeries:
-    """How a watched run is followed.
-
-    Attributes:
-        interval: seconds between looks with --watch
-        idle_limit: with --watch: seconds its training may show no sign of life (no heartbeat;
-            for a run without heartbeat.json, no changed file) before the watch ends with an error;
-            also how long a --watch folder may take to appear
-    """
-
-    interval: float = 30.0
-    idle_limit: float = 600.0
-
-
-@dataclass
-class ProbeWorker:
-    """Several workers on one --out (torchrun, srun, array jobs, a second launch).
-
-    Attributes:
-        name: this worker's name (unset: its launcher's rank, else host:pid); a worker
-            restarted under its name takes back its own pairs at once
-        lease: seconds a claim on a pair holds without renewal: how soon another worker takes
-            over the pair of a killed one (unset: probes.claims.DEFAULT_LEASE, 2 minutes; at
-            most a day)
-    """
-
-    name: str | None = None
-    lease: float | None = None
-
-
-@dataclass
-class ProbeOptions:
-    """Which probes run on which checkpoints, and where their results go.
-
-    Attributes:
-        probes: comma-separated names (unset: every probe of --config, else those that run by
-            default: level0,level1)
-        config: YAML with a probes: list of {name, parameters}, e.g. the run's configs/tiny.yaml
-        trial: trial sets (M per language) instead of full
-        eval_sets: an eval-set file per probe name, for the probes that read eval sets, e.g.
-            --eval_sets.level0=FILE (unset: the sets of the checkpoint's data)
-        out: records file
-        watch: probe each checkpoint of this run folder (or its checkpoints/) as it lands, until the
-            run finishes (then exit 0), its training stops without finishing (one error line,
-            exit 2) or Ctrl-C
-        revision: with a model id: revisions to probe, e.g. step1000,step2000
-        device: cpu, cuda, cuda:1, mps: one this machine has (unset: cuda when available)
-        dtype: what the model computes in (auto: bfloat16 on CUDA, else float32); each its own records
-        threads: torch CPU threads (unset: torch's default, which OMP_NUM_THREADS sets); give
-            each of several jobs sharing a machine its share of the cores
-        wandb: log to W&B (offline without credentials: WANDB_API_KEY or wandb login); false: the
-            records file only
-        wandb_project: W&B project (a training run's folder: that run's)
-        wandb_group: W&B group, e.g. one per experiment comparing series (a training run's
-            folder: that run's group)
-        tokens_per_step: tokens per training step of a series whose checkpoints know only their
-            step (hub revisions, HF folders): their tokens_seen is step x this, in the records and
-            W&B (Pythia's is 2,097,152 = 1024 x 2048); unset: W&B charts them against the step
-        series: how a watched run is followed
-        workers: several workers on one --out
-    """
-
-    probes: str | None = None
-    config: str | None = None
-    trial: bool = False
-    eval_sets: dict[str, str] = field(default_factory=dict)
-    out: str = "probes.jsonl"
-    watch: str | None = None
-    revision: str | None = None
-    device: str | None = None
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
-    threads: int | None = None
-    wandb: bool = True
-    wandb_project: str = DEFAULT_PROJECT
-    wandb_group: str | None = None
-    tokens_per_step: int | None = None
-    series: ProbeSeries = field(default_factory=ProbeSeries)
-    workers: ProbeWorker = field(default_factory=ProbeWorker)
-
-
 def _set_threads(threads: int | None) -> None:
     """``--threads``: torch's CPU threads for this process (None: torch's own default)."""
     if threads is None:
@@ -203,32 +121,14 @@ def probe(paths: list[str], *, options: ProbeOptions) -> int:
         raise BytecanaryError("probe: give at least one PATH or --watch DIR")
     names = probe_names(options.probes)
     from bytecanary.probes.registry import load_probes
-    from bytecanary.probes.runner import Job, probe_specs, run, training_run
+    from bytecanary.probes.runner import probe_specs, run, training_run
     from bytecanary.report.summary import add_mcqa_series, summary
     from bytecanary.report.writer import probe_ratio_lines
 
     load_probes()
     _set_threads(options.threads)
-    lease = options.workers.lease
-    job = Job(
-        out=options.out,
-        trial=options.trial,
-        eval_sets=dict(options.eval_sets),
-        wandb_project=options.wandb_project if options.wandb else None,
-        wandb_group=options.wandb_group,
-        tokens_per_step=options.tokens_per_step,
-        watch_dir=options.watch,
-        interval=options.series.interval,
-        idle_limit=options.series.idle_limit,
-        revisions=[r for r in (options.revision or "").split(",") if r] or None,
-        device=options.device,
-        dtype=options.dtype,
-        worker=options.workers.name,
-        source=options.config,
-        **({"lease": lease} if lease is not None else {}),
-    )
-    code = run(paths, probe_specs(options.config, names), job, finish=add_mcqa_series)
-    training = training_run(paths, options.watch, job.revisions)
+    code = run(paths, probe_specs(options.config, names), options, finish=add_mcqa_series)
+    training = training_run(paths, options.watch, options.revisions)
     out = Path(options.out)
     ratios = probe_ratio_lines(training, out) if training else []
     print("\n".join([summary(out), *ratios, f"records: {out}"]))

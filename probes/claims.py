@@ -35,10 +35,9 @@ from typing import Any
 from bytecanary.checkpoints import process_gone
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import cut_torn_tail, named, warn
+from bytecanary.probe_options import DEFAULT_LEASE, MAX_LEASE
 from bytecanary.records import Identity, wrong_kind
 
-DEFAULT_LEASE = 120.0  # seconds a claim holds without renewal
-MAX_LEASE = 86_400.0  # a day: beyond any one pair's computation; threading's waits overflow far above
 CLOCK_SLACK = 60.0  # seconds hosts' clocks may differ: how far an expiry may lie beyond its lease
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,8 @@ from bytecanary.checkpoints import finished_step, read_heartbeat, reported, run_
 from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import check_output, warn_once
-from bytecanary.probes.claims import DEFAULT_LEASE, MAX_LEASE, Claims, clock
+from bytecanary.probe_options import ProbeOptions
+from bytecanary.probes.claims import Claims, clock
 from bytecanary.probes.dist import default_worker, is_lead, worker_device
 from bytecanary.probes.inputs import check_inputs
 from bytecanary.probes.liveness import NOTE_EVERY, RESTART_GRACE, Rate, stopped, waiting_line
@@ -54,8 +54,6 @@ from bytecanary.records import Record
 
 # seconds between looks at the pairs other workers hold: a launch ends soon after its last pair
 CLAIM_POLL = 0.2
-DEFAULT_IDLE_LIMIT = 600.0  # seconds a watched training may show no sign of life
-MAX_SECONDS = 86_400.0  # a day: the longest --series.interval or --series.idle_limit
 
 
 def _accepts(name: str) -> set[str]:
@@ -235,18 +233,22 @@ def training_run(paths: list[str], watch_dir: str | None, revisions: list[str] |
     return next(iter(runs.values())) if len(runs) == 1 else None
 
 
-def _start_wandb(job: Job, out: Path, config: dict[str, Any], training: Path | None) -> Any:
+def _start_wandb(options: ProbeOptions, out: Path, config: dict[str, Any], training: Path | None) -> Any:
     """The launch's W&B run, started at its first use: beside a training run (``training``),
     one of its own in the training run's project and group, named ``<run>-probes``, in
-    ``RUN/wandb`` (``tracking.RunWandb.sidecar``); else in the job's project and group,
+    ``RUN/wandb`` (``tracking.RunWandb.sidecar``); else in the options' project and group,
     beside ``out``."""
     from bytecanary.tracking import LaterRun, RunWandb, ViewedRun, wandb_mode
 
     def start() -> ViewedRun:
         import wandb
 
-        where: dict[str, Any] = {"project": job.wandb_project, "dir": str(out.parent), "job_type": "probe"}
-        where |= {"group": job.wandb_group} if job.wandb_group else {}
+        where: dict[str, Any] = {
+            "project": options.wandb_project,
+            "dir": str(out.parent),
+            "job_type": "probe",
+        }
+        where |= {"group": options.wandb_group} if options.wandb_group else {}
         detail = "tables"
         if training is not None:
             home = RunWandb.of(training)
@@ -283,106 +285,71 @@ def _to_wandb(wandb_run: Any) -> Callable[[Record], None] | None:
     return publish
 
 
-@dataclass(frozen=True)
-class Job:
-    """How ``bytecanary probe`` runs, beyond which checkpoints and probes."""
-
-    out: str = "probes.jsonl"
-    """The records file (appended to; pairs already there are skipped)."""
-    trial: bool = False
-    """Trial sets for the probes whose spec does not say."""
-    eval_sets: dict[str, str] = field(default_factory=dict)
-    """Per probe name, an eval-set file for the probes whose spec does not say."""
-    wandb_project: str | None = None
-    """W&B project for the metrics as they come (None: no W&B)."""
-    wandb_group: str | None = None
-    """W&B group of a launch outside a training run (a sidecar joins its training run's)."""
-    tokens_per_step: int | None = None
-    """tokens_seen = step x this for checkpoints whose tokens_seen is unknown (hub revisions)."""
-    watch_dir: str | None = None
-    """After the PATHs, probe each new checkpoint of this run folder until its run finishes."""
-    interval: float = 30.0
-    """Seconds between looks at ``watch_dir``."""
-    idle_limit: float = DEFAULT_IDLE_LIMIT
-    """Seconds ``watch_dir``'s training may show no sign of life (a heartbeat; for a run without
-    one, a changed file) before the watch ends with an error."""
-    revisions: list[str] | None = None
-    """With a model id as PATH: the revisions to probe."""
-    device: str | None = None
-    """cpu, cuda, ... (None: cuda when available)."""
-    dtype: str = "auto"
-    """What the model computes in: float32, bfloat16, or auto (bfloat16 on CUDA, else float32)."""
-    worker: str | None = None
-    """This worker's name among several on ``out`` (None: its launcher's rank, else host:pid)."""
-    lease: float = DEFAULT_LEASE
-    """Seconds a claim on a pair holds without renewal: how soon a killed worker's pair is
-    taken over."""
-    source: str | None = None
-    """The YAML the probes' specs came from, named by their errors."""
-
-    def __post_init__(self) -> None:
-        """Flags that cannot work are one error line before any work."""
-        bounds = [
-            ("--series.interval", self.interval, MAX_SECONDS),
-            ("--series.idle_limit", self.idle_limit, MAX_SECONDS),
-            ("--workers.lease", self.lease, MAX_LEASE),
-        ]
-        for flag, value, most in bounds:
-            if not 0 < value <= most:
-                raise BytecanaryError(
-                    f"probe: {flag} must be more than 0 and at most {most:g} seconds, got {value!r}"
-                )
-        if self.tokens_per_step is not None and self.tokens_per_step <= 0:
-            raise BytecanaryError(f"probe: --tokens_per_step must be more than 0, got {self.tokens_per_step}")
-        check_device(self.device)
+def _launch_wandb(
+    options: ProbeOptions,
+    paths: list[str],
+    probes: list[dict[str, Any]],
+    dtype: str,
+    out_path: Path,
+    training: Path | None,
+) -> Any:
+    """The launch's one W&B run, the lead worker's (None without W&B), with a note when its
+    records go where ``bytecanary report`` of the training run will not read them."""
+    if not (options.project and is_lead()):
+        return None
+    config = {"paths": paths, "probes": probes, "trial": options.trial, "dtype": dtype}
+    config |= {"tokens_per_step": options.tokens_per_step} if options.tokens_per_step else {}
+    wandb_run = _start_wandb(options, out_path, config, training)
+    home = training / "probes.jsonl" if training is not None else out_path  # what the report reads
+    if out_path.resolve() != home.resolve():
+        print(f"note: records go to {out_path}, not {home}: bytecanary report adds none to the training run")
+    return wandb_run
 
 
 def run(
     paths: list[str],
     probes: list[dict[str, Any]],
-    job: Job | None = None,
+    options: ProbeOptions | None = None,
     finish: Callable[[Path, Any], None] | None = None,
 ) -> int:
-    """The ``bytecanary probe`` command: probe ``paths`` (then ``job.watch_dir``) into ``job.out``;
+    """The ``bytecanary probe`` command: probe ``paths`` (then ``options.watch``) into ``options.out``;
     1 when a record it appended failed (the warnings and the records say why), else 0.
 
     ``finish`` is called with (records path, W&B run) before that run is closed, e.g. to add
     cross-checkpoint statistics to its summary. The caller prints the summary table."""
-    job = job or Job()
-    out_path = records.check_file(check_output(job.out))  # now, not after hours of probing
-    watched = watch_target(job.watch_dir) if job.watch_dir else None
-    device = worker_device(job.device, torch.cuda.device_count())
-    dtype = probe_dtype(job.dtype, device)
-    resolved = resolve(paths, job.revisions) if paths else []
-    targets = [dataclasses.replace(t, tokens_per_step=job.tokens_per_step) for t in resolved]
-    built = build_probes(with_cli_params(probes, job.trial, job.eval_sets))
+    options = options or ProbeOptions()
+    options.check()
+    check_device(options.device)
+    out_path = records.check_file(check_output(options.out))  # now, not after hours of probing
+    watched = watch_target(options.watch) if options.watch else None
+    device = worker_device(options.device, torch.cuda.device_count())
+    dtype = probe_dtype(options.dtype, device)
+    resolved = resolve(paths, options.revisions) if paths else []
+    targets = [dataclasses.replace(t, tokens_per_step=options.tokens_per_step) for t in resolved]
+    built = build_probes(with_cli_params(probes, options.trial, dict(options.eval_sets)))
     if targets:  # bad inputs fail before any model loads (a watched folder's data is known later)
         data_dir = _first_data_dir(targets)
         for probe in built:
-            check_inputs(probe, data_dir, spec_where(job.source, probe.name))
-    wandb_run, training = None, training_run(paths, job.watch_dir, job.revisions)
-    if job.wandb_project and is_lead():  # one W&B run per launch
-        config = {"paths": paths, "probes": probes, "trial": job.trial, "dtype": str(dtype)}
-        config |= {"tokens_per_step": job.tokens_per_step} if job.tokens_per_step else {}
-        wandb_run = _start_wandb(job, out_path, config, training)
-        home = training / "probes.jsonl" if training is not None else out_path  # what the report reads
-        if out_path.resolve() != home.resolve():
-            print(
-                f"note: records go to {out_path}, not {home}: bytecanary report adds none to the training run"
-            )
+            check_inputs(probe, data_dir, spec_where(options.config, probe.name))
+    training = training_run(paths, options.watch, options.revisions)
+    wandb_run = _launch_wandb(options, paths, probes, str(dtype), out_path, training)
     try:
-        claims = Claims(out_path, job.worker or default_worker(), job.lease)
+        claims = Claims(out_path, options.workers.name or default_worker(), options.lease)
         publish = _to_wandb(wandb_run)
-        pipeline = Pipeline(built, out_path, source=job.source, publish=publish, claims=claims, dtype=dtype)
+        pipeline = Pipeline(
+            built, out_path, source=options.config, publish=publish, claims=claims, dtype=dtype
+        )
         loader = Loader(device, dtype)
-        wait = min(CLAIM_POLL, job.lease / 4)
+        wait = min(CLAIM_POLL, options.lease / 4)
         made = probe_targets(pipeline, loader, targets) if targets else []
         made += complete(pipeline, loader, targets, wait)
         if publish is not None:  # the lead worker's W&B run gets the other workers' records too
             for record in _by_others(pipeline, targets):
                 publish(record)
         if watched is not None:
-            made += follow(pipeline, loader, watched, job.interval, job.idle_limit, wait)
+            made += follow(
+                pipeline, loader, watched, options.series.interval, options.series.idle_limit, wait
+            )
         if wandb_run is not None and finish is not None:
             finish(out_path, wandb_run)
     finally:

@@ -11,6 +11,7 @@ import yaml
 from bytecanary import cli, flags
 from bytecanary.cli import main
 from bytecanary.io import read_jsonl
+from bytecanary.probe_options import DEFAULT_LEASE, ProbeOptions
 from bytecanary.records import read as read_records
 from bytecanary.report.summary import add_mcqa_series
 
@@ -59,11 +60,10 @@ def test_unknown_flag_is_one_line_and_exit_2(capsys):
 
 def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
     """The runner is replaced (no model is loaded); every flag lands in its job."""
-    from bytecanary.probes.runner import Job, training_run
+    from bytecanary.probes.runner import training_run
 
     calls = []
     runner = types.ModuleType("bytecanary.probes.runner")
-    runner.Job = Job
     runner.training_run = training_run
     runner.probe_specs = lambda config, names: {"config": config, "names": names}
     runner.run = lambda *args, **kwargs: calls.append((args, kwargs)) or 0
@@ -73,30 +73,35 @@ def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
     args += ["--out", str(out), "--wandb=false", "--revision", "step1,step2", "--device", "cpu"]
     assert main(args) == 0
     [(positional, kwargs)] = calls
-    paths, specs, job = positional
+    paths, specs, options = positional
     assert (paths, specs, kwargs) == (
         ["org/model"],
         {"config": None, "names": ["level0", "mcqa"]},
         {"finish": add_mcqa_series},
     )
-    assert job == Job(
+    assert options == ProbeOptions(
+        probes="level0, mcqa",
         out=str(out),
         trial=True,
         eval_sets={"level1": "l1.json"},
-        wandb_project=None,
-        watch_dir=None,
-        interval=30.0,
-        revisions=["step1", "step2"],
+        wandb=False,
+        revision="step1,step2",
         device="cpu",
     )
+    assert (options.project, options.revisions, options.lease) == (None, ["step1", "step2"], DEFAULT_LEASE)
     assert capsys.readouterr().out == f"\nrecords: {out}\n"  # no records yet: an empty summary
     assert main(["probe", "m", "--wandb_project", "mine", "--watch", "ckpts", "--series.interval", "2"]) == 0
-    job = calls[-1][0][2]
-    assert (job.wandb_project, job.watch_dir, job.interval, job.trial) == ("mine", "ckpts", 2.0, False)
-    assert (job.wandb_group, job.tokens_per_step) == (None, None)
+    options = calls[-1][0][2]
+    assert (options.project, options.watch, options.series.interval, options.trial) == (
+        "mine",
+        "ckpts",
+        2.0,
+        False,
+    )
+    assert (options.wandb_group, options.tokens_per_step) == (None, None)
     assert main(["probe", "m", "--wandb_group", "pythia-vs-ours", "--tokens_per_step", "2097152"]) == 0
-    job = calls[-1][0][2]
-    assert (job.wandb_group, job.tokens_per_step) == ("pythia-vs-ours", 2097152)
+    options = calls[-1][0][2]
+    assert (options.wandb_group, options.tokens_per_step) == ("pythia-vs-ours", 2097152)
 
 
 @pytest.mark.parametrize(

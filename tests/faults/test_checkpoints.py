@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from bytecanary.checkpoints import checkpoint_meta, load_checkpoint, read_meta
 from bytecanary.cli import main
+from bytecanary.probe_options import ProbeOptions, ProbeSeries
 from bytecanary.probes import runner, targets
 from bytecanary.records import read as read_records
 from bytecanary.train.checkpointing import latest_checkpoint
@@ -100,8 +101,10 @@ def test_watch_skips_a_corrupt_checkpoint_and_probes_it_when_whole(trained, tmp_
     monkeypatch.setattr(targets.time, "sleep", sleep)  # the watch loop's pause
     out = tmp_path / "p.jsonl"
     specs = [{"name": "level0", "per_language": 2, "trial": True}]
-    job = runner.Job(out=str(out), watch_dir=str(folder), interval=0.01, device="cpu")
-    assert runner.run([], specs, job) == 0
+    options = ProbeOptions(
+        out=str(out), watch=str(folder), series=ProbeSeries(interval=0.01), device="cpu", wandb=False
+    )
+    assert runner.run([], specs, options) == 0
     (warning,) = capsys.readouterr().err.strip().splitlines()
     assert (
         warning.startswith("warning: ") and "step0000008.safetensors: not a loadable weights file" in warning

@@ -14,8 +14,9 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from bytecanary import keys
 from bytecanary.cli import main
+from bytecanary.probe_options import ProbeOptions
 from bytecanary.probes import level0, level1
-from bytecanary.probes.runner import Job, resolve, run, watch
+from bytecanary.probes.runner import resolve, run, watch
 from bytecanary.records import read as read_records
 from bytecanary.report.writer import probe_ratio_lines
 from bytecanary.train.export import export
@@ -96,7 +97,9 @@ SPECS = [{"name": "level0", "per_language": 2}, {"name": "level1", "per_language
 
 def _run(model_dir, out, specs=SPECS):
     before = len(read_records(out))
-    assert run([str(model_dir)], specs, Job(out=str(out), trial=True, device="cpu")) == 0
+    assert (
+        run([str(model_dir)], specs, ProbeOptions(out=str(out), trial=True, device="cpu", wandb=False)) == 0
+    )
     return [(r.probe, r.version, r.fingerprint) for r in read_records(out)[before:]]
 
 
