@@ -134,7 +134,7 @@ def _netrc_has_key(netloc: str, hostname: str) -> bool:
     return any((entry := entries.authenticators(m)) is not None and bool(entry[2]) for m in machines)
 
 
-def define_tokens_seen_axis(run: Any, axis: str = keys.TOKENS_SEEN) -> None:
+def define_axis(run: Any, axis: str = keys.TOKENS_SEEN) -> None:
     """Every metric family plotted against ``tokens_seen`` (``axis``: ``step`` for a series
     whose tokens_seen is unknown, which would otherwise chart nothing)."""
     run.define_metric(axis)
@@ -216,7 +216,7 @@ class ViewedRun:
         if self.axis is None:
             self.axis = keys.TOKENS_SEEN if metrics.get(keys.TOKENS_SEEN) is not None else keys.STEP
             self.view.axis = self.axis
-            define_tokens_seen_axis(self.run, self.axis)
+            define_axis(self.run, self.axis)
         self.run.log(self.view.payload(self.run, metrics, checkpoint=checkpoint))
 
     def log_record(self, record: Record) -> None:

@@ -12,6 +12,7 @@ Shape suffixes: B windows in a batch, T positions, V vocabulary.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterator
@@ -137,19 +138,29 @@ def documents(folder: Path, entry: dict, dtype: str) -> Iterator[np.ndarray]:
 def heldout_texts(folder: Path, budget: int) -> dict[str, list[str]]:
     """Per language, the texts of the leading whole documents of the held-out split whose
     UTF-8 bytes reach ``budget`` (at least one), decoded with the data's own tokenizer."""
+    index_path = folder / "shards" / "index.json"
+    version = index_path.stat().st_mtime_ns if index_path.is_file() else None
+    return {lang: list(texts) for lang, texts in _read_texts(folder, budget, version)}
+
+
+@functools.lru_cache(maxsize=4)
+def _read_texts(folder: Path, budget: int, version: int | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``heldout_texts``, read and decoded once per version of the folder's index: every
+    checkpoint of a series, and every fire of a training's callback, reads the same text."""
     from transformers import AutoTokenizer
 
     index = check_folder(folder)
     tokenizer = AutoTokenizer.from_pretrained(str(folder / "tokenizer"))
-    texts: dict[str, list[str]] = {}
+    texts: list[tuple[str, tuple[str, ...]]] = []
     for lang, entry in index["languages"].items():
-        texts[lang], size = [], 0
+        docs, size = [], 0
         for ids in documents(folder, entry[SPLIT], index["dtype"]):
-            texts[lang].append(tokenizer.decode(ids.tolist()))
-            size += len(texts[lang][-1].encode("utf-8"))
+            docs.append(tokenizer.decode(ids.tolist()))
+            size += len(docs[-1].encode("utf-8"))
             if size >= budget:
                 break
-    return texts
+        texts.append((lang, tuple(docs)))
+    return tuple(texts)
 
 
 def separator(tokenizer: Any) -> int:

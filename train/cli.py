@@ -30,7 +30,7 @@ from bytecanary.config import flag_names, parse_error, read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_path, check_output, one_folder, remove_stale_temps, warn, write_json
 from bytecanary.probes.callback import ProbeCallback, ProbeSpec, live_probes_refused, sharded_strategies
-from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_tokens_seen_axis, finish_wandb
+from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_axis, finish_wandb
 from bytecanary.train.checkpointing import (
     AtomicCheckpointIO,
     ScheduledCheckpoint,
@@ -379,7 +379,7 @@ def _train(cli: BytecanaryCLI, run: RunConfig, last: Path | None, config: str, a
     rank_zero_info(trainer.checkpoint_callback.disk_plan(cli.model.model, trainer.max_steps))
     try:
         if wandb_logger is not None and trainer.is_global_zero:
-            define_tokens_seen_axis(wandb_logger.experiment)
+            define_axis(wandb_logger.experiment)
             wandb_logger.log_hyperparams(cli.model.run_config)
         trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=str(last) if last else None)
         if trainer.is_global_zero and trainer.global_step >= trainer.max_steps > 0:
