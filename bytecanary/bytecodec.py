@@ -1,12 +1,6 @@
-"""Token ids <-> bytes for the three tokenizer families byte-aware models use.
+"""Token ids <-> bytes for the three tokenizer families byte-aware models use (byte_fallback, gpt2, bytes).
 
-- ``byte_fallback``: SentencePiece style, 256 tokens ``<0x00>``..``<0xFF>``, ``▁`` is a space;
-- ``gpt2``: GPT-2 byte-level BPE, every token spelled in its bytes-to-unicode alphabet;
-- ``bytes``: a pure 256-byte vocabulary whose tokens are chr(0)..chr(255) (ByT5 style).
-
-A dense id -> bytes table is built once, so turning a batch of ids into bytes is an
-array lookup (``chunk``) that feeds ``bytecanary.utf8.StreamScorer`` directly.
-Special tokens (eos, pad, ...) contribute no bytes.
+A dense id -> bytes table makes a batch of ids one array lookup that feeds ``utf8.StreamScorer``.
 """
 
 from __future__ import annotations

@@ -1,26 +1,6 @@
-"""bytecanary's checkpoint files, read (and the weights file written) without Lightning.
-
-A run's ``checkpoints/`` folder holds two kinds of file:
-
-- ``step{N:07d}.safetensors``, the **weights file** of every scheduled step: the GPT-2
-  weights alone (``GPT2LMHeadModel`` keys, the tied ``lm_head.weight`` left out) in the
-  run's ``weights_dtype``, with the run's metadata (step, tokens_seen, config, tokenizer
-  path, ...) as JSON under the safetensors metadata key ``bytecanary``. These are what the
-  probes, ``bytecanary probe`` and ``export`` read: loading one never runs pickle.
-- ``step{N:07d}.ckpt``, Lightning's **full training state** (fp32 weights, AdamW, loops,
-  RNG), for resuming; ``last.ckpt`` links to the newest. One named as a file is probed and
-  exported too (its weights are the same), but a folder's probe checkpoints are its weights
-  files.
-
-Loading a ``.ckpt`` is ``weights_only=True`` (checkpoints may come from anyone); a missing,
-truncated, corrupt or foreign file becomes one error naming it. A checkpoint finds its
-tokenizer relative to its own folder (the run's copy), so a run folder can move and be read
-from any working directory.
-
-A run folder also says how its training goes: ``heartbeat.json`` (which process trains it, in
-which attempt, renewed every few seconds, and when it ended) and ``finished.json`` (the last
-step, written by the attempt that reached it), which a sidecar ``bytecanary probe --watch``
-reads to know when to end.
+"""A run's checkpoint files (weights file, full training state) and its heartbeat and finished markers,
+read without Lightning and never through pickle, so a sidecar or a report can read any run folder
+(docs/training.md, "Checkpoints").
 """
 
 from __future__ import annotations
@@ -149,11 +129,9 @@ def reported(read: Callable[[Path], Any], folder: Path, on_bad: Callable[[str], 
 
 
 def finished_step(folder: str | Path, on_bad: Callable[[str], None] | None = None) -> int | None:
-    """The last step of a run whose training finished: ``FINISHED`` in its folder (``folder`` may
-    be the run or its ``checkpoints/``), written by the attempt that trained last (a marker of an
-    earlier attempt, where ``HEARTBEAT`` names a newer one, is stale: the run was resumed). None
-    while it trains or after it stopped early; a file that does not read counts as absent, and
-    ``on_bad`` hears why."""
+    """The last step of a finished run (``folder``: the run or its ``checkpoints/``), or None while it
+    trains, after it stopped early, or where the marker is an earlier attempt's (the run was resumed);
+    a file that does not read counts as absent, and ``on_bad`` hears why."""
     done = reported(read_finished, Path(folder), on_bad)
     if done is None:
         return None
@@ -288,9 +266,8 @@ def _read_safetensors(path: Path, tensors: bool) -> tuple[dict[str, Any], dict[s
 
 
 def weights_id(path: str | Path) -> str | None:
-    """What a weights file is, wherever it lies: a hash of its safetensors header, which holds
-    the run's metadata (config, step, tokens seen, the losses at that step, the tokenizer's
-    hash) and the tensors' layout. Moving or copying a run keeps it; None for a file without
+    """What a weights file is, wherever it lies: a hash of its safetensors header (the run's metadata
+    and the tensors' layout), so moving or copying a run keeps its records; None for a file without
     a readable header (its records fall back to its path)."""
     try:
         with open(path, "rb") as f:

@@ -1,9 +1,5 @@
-"""File input and output that survive crashes and say what went wrong.
-
-Writes are atomic: a crash never leaves a half-written file or folder behind, and the temp
-files of a killed write are cleaned on the next start. A failed write names the file it
-was writing (the OS says only "No space left on device"). Output paths are checked before
-long work starts. Readers name ``file:line`` for a bad line, and can warn and go on.
+"""File input and output that survive crashes and say what went wrong: atomic writes, output paths
+checked before long work, readers that name ``file:line`` (docs/faults.md).
 """
 
 from __future__ import annotations
@@ -75,16 +71,15 @@ PROC_STATUS = Path("/proc/self/status")  # Linux: holds "Umask:" since 4.7
 
 
 def current_umask() -> int:
-    """The process's umask, read at each write: a test or a launcher may change it. Linux
-    shows it in /proc/self/status; elsewhere ``os.umask`` reads it only by setting it, so it
-    is set to the strictest mask for that instant (a file another thread creates then gets
-    fewer permissions, never more) and set back under a lock shared by our readers."""
+    """The process's umask, read at each write: a test or a launcher may change it."""
     try:
         found = re.search(r"^Umask:\s*([0-7]+)$", PROC_STATUS.read_text(), re.M)
     except OSError:
         found = None
     if found:
         return int(found[1], 8)
+    # os.umask reads only by setting: the strictest mask for that instant (a file another thread
+    # creates then gets fewer permissions, never more), set back under a lock our readers share
     with _UMASK_LOCK:
         mask = os.umask(0o077)
         os.umask(mask)
@@ -200,10 +195,9 @@ def parse_jsonl(
     check: Callable[[dict[str, Any]], str | None] | None = None,
     on_bad: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """The objects of JSONL ``data`` read from ``where``. A malformed line (or one ``check``
-    finds a problem with) is an error naming ``where:line``; with ``on_bad`` (e.g. ``warn``)
-    that message goes to it and the line is skipped. An unterminated last line is a write in
-    flight (or torn by a crash) and is skipped quietly."""
+    """The objects of JSONL ``data`` read from ``where``: a malformed (or ``check``-refused) line is
+    an error naming ``where:line``, or with ``on_bad`` a message to it and the line skipped; an
+    unterminated last line is a write in flight (or torn by a crash), skipped quietly."""
     lines = data.split(b"\n" if isinstance(data, bytes) else "\n")
     rows = []
     for number, line in enumerate(lines, 1):
@@ -237,19 +231,18 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 @contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a fresh temporary folder beside ``path``; on success it takes the place of
-    ``path`` (an older ``path`` is moved aside first and removed only once the new one is
-    in place), on error it is deleted. Callers decide whether replacing ``path`` is theirs
-    to do. The folder and everything in it get the modes ``open()`` and ``mkdir`` would give."""
+    """Yield a fresh temporary folder beside ``path`` that takes its place on success and is deleted
+    on error, so readers see the old folder or the new one, never half of one; callers decide
+    whether replacing ``path`` is theirs to do."""
     path = check_output(path, folder=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     old = tmp.with_name(tmp.name.removesuffix(".tmp") + ".old")
     try:
         yield tmp
         umask = current_umask()
-        for inside in [tmp, *tmp.rglob("*")]:
+        for inside in [tmp, *tmp.rglob("*")]:  # the modes open() and mkdir would give
             _as_open_would(inside, umask)
-        if path.exists():
+        if path.exists():  # moved aside, removed only once the new folder is in place
             os.replace(path, old)
         os.replace(tmp, path)
         _fsync_dir(path.parent)

@@ -1,14 +1,6 @@
-"""``probes.jsonl``: one typed record per (checkpoint, probe), its one reader and its one merge rule.
-
-Every writer (the training callback, any number of ``bytecanary probe`` processes) appends
-through ``append``: whole lines, flushed and fsynced, under an advisory lock (``flock``), and
-only to a file that is ours (``refusal``: never a weights or text file, never through a link
-that leaves the folder).
-Under the lock a torn last line left by a crash is cut off, and a record whose identity
-already succeeded is not appended again, so restarts and concurrent writers converge to
-each record once. Every reader (the probe pipeline, the summary, the report, W&B) reads
-through ``read``, and every consumer that needs one result per checkpoint uses ``merge``.
-No torch here: the report reads records without it.
+"""``probes.jsonl``: one typed record per (checkpoint, probe), its one reader (``read``), the one place
+that appends (``append``, under ``flock``, each identity once) and the one merge rule (``merge``),
+so restarts and concurrent writers converge (docs/faults.md). No torch: the report reads records.
 """
 
 from __future__ import annotations
@@ -313,15 +305,9 @@ def append(path: str | Path, record: Record) -> bool:
 
 
 def merge(records: Iterable[Record], on_left_out: Callable[[str], None] | None = None) -> list[Record]:
-    """One successful record per (checkpoint, probe), in file order of first appearance: a
-    later record of the same identity replaces the earlier (a rerun), and records of the same
-    probe with other parameters add their metrics when they measure other things (scored MCQA
-    protocols at every checkpoint, generated ones on a thinner cadence). Where two
-    parameterisations of a probe measure the same thing (4 against 8 characters per
-    language), only the newest is kept, never one curve of mixed ``n``: ``on_left_out``
-    hears of the records left out. What a record measures is its ``measure``, as the probe
-    declares it; records without one (schema 2 and before) measure the same thing when most
-    of their keys are in common."""
+    """One successful record per (checkpoint, probe), in file order of first appearance: a rerun replaces,
+    other measures add metrics, and a curve never mixes two parameterisations that measure the same
+    thing (docs/faults.md); ``on_left_out`` hears of the records left out."""
     ok = [r for r in records if r.ok]
     kept = _newest_parameterisations(ok, on_left_out)
     merged: dict[tuple[str, str], Record] = {}

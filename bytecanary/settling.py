@@ -1,9 +1,6 @@
-"""Time to tolerance: "stabilises" with a tolerance (arXiv:2606.14122, abstract: perplexity
-after 2.1B tokens, validity after 4.2B). T(eps) is the first checkpoint from which a curve
-stays within eps of its final level for the rest of the run, which any finished run has,
-unlike a flat tail; the ratio of two curves' T gets a bootstrap CI (``time_to_tolerance``,
-``tolerance_ratios``). Every array is ordered by x; a leading B axis holds several versions
-of one curve (the observed one and bootstrap resamples). Plain numpy: no torch or scipy.
+"""Time to tolerance (arXiv:2606.14122, abstract: "stabilises" after 2.1B tokens, validity after 4.2B):
+T(eps), the first checkpoint from which a curve stays within eps of its final level, which any
+finished run has, and bootstrap CIs of ratios of T (docs/report-and-wandb.md). Plain numpy.
 """
 
 from __future__ import annotations
@@ -32,10 +29,8 @@ MEDIAN_SE = math.sqrt(math.pi / 2)  # SE of a median of w normal points: about t
 
 @dataclass(frozen=True)
 class Settling:
-    """Where a curve came within ``eps`` of its final level for good (``state`` ``within``,
-    ``at`` the x of that checkpoint), or why it has no such point: ``not within`` (still
-    further than eps from its final level in its last ``MIN_STAY`` checkpoints), ``too noisy``
-    (its noise is too large to tell eps), ``too few points``."""
+    """Where a curve came within ``eps`` of its final level for good (``state`` ``within``, ``at`` that
+    checkpoint's x), or why it has no such point: ``not within``, ``too noisy``, ``too few points``."""
 
     state: str
     at: float | None
@@ -59,10 +54,8 @@ class Settling:
 
 
 def tolerance_noise(x: ArrayLike, y: ArrayLike, se: ArrayLike | None = None) -> np.ndarray:
-    """Each point's noise for the tolerance rule: the larger of its sampling SE (if any) and
-    the scatter of the checkpoints around it (``local_noise``, robust: training noise, which
-    can dwarf the sampling SE, and not a sharp bend of the curve), floored at a tiny
-    fraction of the curve's scale."""
+    """Each point's noise for the tolerance rule: the larger of its sampling SE and the robust scatter of
+    the checkpoints around it (training noise can dwarf the SE), floored at a tiny fraction of the scale."""
     ys = np.asarray(y, dtype=np.float64)
     noise = local_noise(x, ys, half=TOLERANCE_HALF, robust=True)
     if se is not None:
@@ -71,10 +64,9 @@ def tolerance_noise(x: ArrayLike, y: ArrayLike, se: ArrayLike | None = None) -> 
 
 
 def smoothing_halves(noise: ArrayLike, eps: float) -> np.ndarray:
-    """Per point, the half-width h (1..``MAX_HALF``) of the narrowest window of 2h + 1
-    checkpoints whose median is known to eps / ``RESOLVE_Z`` at the point's own noise, or
-    -1 where even the widest is not (the point cannot tell eps). At least 3 points, so one
-    noisy point never decides; the point's own noise, so a noisy neighbour's does not spread."""
+    """Per point, the half-width h (1..``MAX_HALF``) of the narrowest window of 2h + 1 checkpoints whose
+    median knows the level to eps / ``RESOLVE_Z`` at the point's own noise (so a noisy neighbour's does not
+    spread), or -1 where even the widest does not; at least 3 points, so one noisy point never decides."""
     sd = np.asarray(noise, dtype=np.float64)
     halves = np.full(len(sd), -1)
     for h in range(MAX_HALF, 0, -1):  # narrowest last, so it wins
@@ -98,11 +90,9 @@ def running_median(y_BN: np.ndarray, halves: np.ndarray) -> np.ndarray:
 def final_level(
     x: ArrayLike, y_BN: np.ndarray, noise: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(level, its SE, first index of the tail) per curve: the noise-weighted mean of its
-    final tail. The tail holds the last ``MIN_STAY`` checkpoints and grows back one
-    checkpoint at a time while the one added lies within ``FINAL_Z`` noise of the mean of
-    those after it and the slope per decade of x across the tail stays within
-    ``FINAL_SLOPE_Z`` SE of 0; it stops at the first checkpoint that breaks either."""
+    """(level, its SE, first index of the tail) per curve: the noise-weighted mean of the last ``MIN_STAY``
+    checkpoints, grown back while the added one lies within ``FINAL_Z`` noise of those after it and the
+    tail's slope per decade stays within ``FINAL_SLOPE_Z`` SE of 0."""
     lx, sd = np.log10(np.asarray(x, dtype=np.float64)), np.asarray(noise, dtype=np.float64)
     lx = lx - lx.mean()  # centred: the sums below cancel less
     y_BN = np.atleast_2d(y_BN)
@@ -133,12 +123,9 @@ def final_level(
 def settle_indices(
     x: ArrayLike, y_BN: np.ndarray, noise: ArrayLike, eps: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The rule on every curve of ``y_BN`` (B curves over the same x, one noise): (index of
-    T(eps) or -1, state). A point is within eps when the median of its window
-    (``smoothing_halves``; the widest where none tells eps; ``running_median``) lies within
-    eps of the final level (``final_level``); T is the checkpoint after the last point that
-    is not, provided the curve stays within for at least ``MIN_STAY`` checkpoints. The curve
-    is too noisy when most points of that stay (or of its last ``MIN_STAY``) cannot tell eps."""
+    """The rule on every curve of ``y_BN`` (B curves over one x, one noise): (index of T(eps) or -1, state).
+    T follows the last point whose window median (``smoothing_halves``) is not within eps of the final
+    level, if the stay lasts ``MIN_STAY``; too noisy where most of the stay's points cannot tell eps."""
     y_BN = np.atleast_2d(np.asarray(y_BN, dtype=np.float64))
     n = y_BN.shape[1]
     halves = smoothing_halves(noise, eps)
@@ -195,10 +182,8 @@ class TimeRatio:
 def _resampled_indices(
     series: Series, eps: Sequence[float], n_resamples: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(x, T index per eps of the observed curve followed by ``n_resamples`` resamples): each
-    resample is the curve's running median (centred windows of up to 2 * ``MAX_HALF`` + 1
-    points, narrower towards the ends) plus normal noise of each point's size, judged with
-    the same noise (the observed curve's) as the observed curve."""
+    """(x, T index per eps of the observed curve, then of ``n_resamples`` resamples): each its running
+    median plus normal noise of each point's size, judged with the observed curve's noise."""
     x, y, se = series
     xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     noise = tolerance_noise(xs, ys, se)
@@ -218,10 +203,9 @@ def tolerance_ratios(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> dict[tuple[float, float], TimeRatio | None]:
-    """T_late(e_late) / T_early(e_early) for every pair of tolerances, with a parametric
-    bootstrap CI: both curves resampled (their running median plus noise of each point's
-    size, ``tolerance_noise``) and the whole rule rerun. None where either curve has no
-    T(eps) (``time_to_tolerance`` says why)."""
+    """T_late(e_late) / T_early(e_early) for every pair of tolerances, with a parametric bootstrap CI
+    (both curves resampled, the whole rule rerun); None where either curve has no T(eps)
+    (``time_to_tolerance`` says why)."""
     rng = np.random.default_rng(seed)
     x_late, k_late = _resampled_indices(late, eps_late, n_resamples, rng)
     x_early, k_early = _resampled_indices(early, eps_early, n_resamples, rng)
@@ -244,14 +228,8 @@ def tolerance_ratios(
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Time to tolerance: how close to its final level a curve must stay.
-
-    Defaults: 2% for perplexity, 5-8x the scatter of log-perplexity between neighbouring
-    checkpoints on the committed CPU runs (0.0025-0.004), so the narrowest window resolves
-    it, and well under the 10-20% a long run still drops per decade of tokens; 0.01 for
-    validity, the size of the paper's gap between common and rare characters (96.21% vs
-    95.26%): a coarser tolerance could not tell the tiers apart. The grids show how the
-    ratio depends on both.
+    """Time to tolerance: how close to its final level a curve must stay (the defaults' reasons are in
+    docs/report-and-wandb.md, "Time to tolerance").
 
     Args:
         ppl_tolerance: relative tolerance of perplexity (0.02: within 2%, a factor 1.02, of its final level)

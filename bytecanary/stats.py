@@ -1,16 +1,6 @@
-"""Statistics the probes and the convergence report share.
-
-Calibration (ECE), the paired test between two scoring strategies (exact McNemar, one of
-the two the space-tokenization-trap MCQA study uses), bootstrap confidence intervals
-(Format Sensitivity Index, arXiv:2607.09665), correlations, the
-fixed-effects regression of accuracy on parsability, and the convergence detector applied
-alike to perplexity and to UTF-8 validity (arXiv:2606.14122): it says where a curve
-converged, or that it is still moving, or that it never changed beyond its noise, and
-only a pair of converged curves gets a ratio (with a bootstrap CI; the time to tolerance,
-which any finished run has, is ``bytecanary.settling``). A curve's noise comes
-from its probe (binomial SE, ``proportion_se``) or from its own scatter between
-checkpoints: one number for the curve (``curve_noise``) or one per point (``local_noise``).
-Plain numpy and ``math``: importable without torch or scipy.
+"""Statistics the probes and the convergence report share: ECE, exact McNemar, bootstrap CIs (FSI,
+arXiv:2607.09665), correlations, the fixed-effects fit, and the convergence detector (arXiv:2606.14122)
+with curve noise (docs/report-and-wandb.md). Plain numpy and ``math``: no torch or scipy.
 """
 
 from __future__ import annotations
@@ -96,11 +86,9 @@ def clustered_gaps(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> list[Gap]:
-    """Per column M, the mean over a's samples minus the mean over b's, with a percentile
-    bootstrap CI that redraws whole clusters (a character and all its prompts) within each
-    stratum, so correlated samples count once and each stratum keeps its size. The draws
-    depend only on the strata's sizes and ``seed``: the same clusters at every checkpoint
-    (the curve of gaps is paired) and for every column."""
+    """Per column M, mean(a) - mean(b) with a percentile bootstrap CI that redraws whole clusters within
+    each stratum, so correlated samples count once; the draws depend only on the strata's sizes and
+    ``seed``, so the curve of gaps is paired across checkpoints and columns."""
     rng = np.random.default_rng(seed)
     tail = (1 - confidence) / 2 * 100
     means = []
@@ -149,16 +137,9 @@ def _dummies(levels: Sequence, keep_first: bool) -> list[np.ndarray]:
 
 
 def fixed_effects_fit(y: ArrayLike, x: ArrayLike, factors: dict[str, Sequence]) -> tuple[float, float]:
-    """OLS of y = beta * x + one fixed effect per level of each factor; returns (beta, SE).
-
-    Format Sensitivity Index (arXiv:2607.09665) eq. 5 (accuracy on parsability with model,
-    task and wrapper effects), unweighted where the paper weights its cells. Dummy coding
-    keeps every level of the first factor (it stands in for the intercept) and drops the first
-    level of the others, so the effects are identified; the slope on x is the same whichever
-    level is dropped.
-    SE = sqrt(RSS / (n - p) * (X'X)^-1[0, 0]) with p the rank of the design. Raises
-    ValueError when x is absorbed by the fixed effects or no residual degrees of freedom
-    are left.
+    """OLS of y = beta * x + one fixed effect per level of each factor, FSI (arXiv:2607.09665) eq. 5
+    unweighted; returns (beta, SE), or raises ValueError when x is absorbed by the effects or no
+    residual degrees of freedom are left.
     """
     ys = np.asarray(y, dtype=np.float64)
     xs = np.asarray(x, dtype=np.float64)
@@ -169,6 +150,8 @@ def fixed_effects_fit(y: ArrayLike, x: ArrayLike, factors: dict[str, Sequence]) 
     for i, (name, levels) in enumerate(factors.items()):
         if len(levels) != n:
             raise ValueError(f"fixed_effects_fit: factor {name!r} has {len(levels)} values for {n} rows")
+        # the first factor keeps every level (it stands in for the intercept), the others drop their
+        # first: the effects are identified, and beta is the same whichever level is dropped
         effects += _dummies(levels, keep_first=i == 0)
     design = np.column_stack([xs, *effects])
     p = int(np.linalg.matrix_rank(design))
@@ -178,7 +161,7 @@ def fixed_effects_fit(y: ArrayLike, x: ArrayLike, factors: dict[str, Sequence]) 
         raise ValueError(f"fixed_effects_fit: no residual degrees of freedom ({n} rows, {p} parameters)")
     coef, *_ = np.linalg.lstsq(design, ys, rcond=None)
     resid = ys - design @ coef
-    sigma2 = float(resid @ resid) / (n - p)
+    sigma2 = float(resid @ resid) / (n - p)  # SE = sqrt(RSS / (n - p) * (X'X)^-1[0, 0]), p the design's rank
     return float(coef[0]), math.sqrt(sigma2 * float(np.linalg.pinv(design.T @ design)[0, 0]))
 
 
@@ -236,10 +219,9 @@ def proportion_se(value: float | None, n: float | None) -> float | None:
 
 
 def _scaled_residuals(x: ArrayLike, y: ArrayLike) -> np.ndarray:
-    """Per inner point (x ascending), its squared residual from the line through its two
-    neighbours (in log x) over what independent noise of variance 1 would give: each is an
-    unbiased estimate of one point's noise variance. A local line cancels the trend, so
-    only the scatter between neighbouring checkpoints remains."""
+    """Per inner point (x ascending), its squared residual from the line through its two neighbours (in
+    log x) over what unit-variance noise would give: a local line cancels the trend, so each is an
+    unbiased estimate of the point's noise variance."""
     lx, ys = np.log10(np.asarray(x, dtype=np.float64)), np.asarray(y, dtype=np.float64)
     if len(ys) < 3:
         raise ValueError("the noise of a curve needs at least three points")
@@ -262,22 +244,17 @@ LOCAL_HALF = 3  # local_noise pools the 2 * LOCAL_HALF + 1 nearest inner points
 
 
 def local_noise(x: ArrayLike, y: ArrayLike, half: int = LOCAL_HALF, robust: bool = False) -> np.ndarray:
-    """Noise of each point of a curve (x ascending) from the scatter of the checkpoints
-    around it: the root mean of the scaled squared residuals of the ``2 * half + 1`` inner
-    points nearest to it (the window is shifted, not cut, at the ends). Local, because
-    the scatter of a greedy metric depends on the phase of training (flat while the model
-    emits nothing, flipping once prompts sit near its decision boundary): one number for
-    the whole curve would lend the flips to the quiet phase, or lose them when they are
-    a minority of checkpoints. A mean, not a median, because a metric that flips between
-    two values repeats them, and the residual of a point equal to both neighbours is 0.
-    ``robust``: the median instead (scaled to a standard deviation), for a smooth curve
-    whose one sharp bend must not pass for noise at the checkpoints around it."""
+    """Noise of each point (x ascending): the root mean of the scaled squared residuals of the
+    ``2 * half + 1`` nearest inner points, local because a greedy metric's scatter depends on the phase of
+    training (docs/report-and-wandb.md); ``robust`` takes the median, so one sharp bend is not noise."""
     scaled = _scaled_residuals(x, y)
     size = min(2 * half + 1, len(scaled))
     starts = np.clip(np.arange(len(scaled) + 2) - 1 - half, 0, len(scaled) - size)
     windows = scaled[starts[:, None] + np.arange(size)]
     if robust:
         return np.sqrt(np.median(windows, axis=1) / CHI2_MEDIAN)
+    # a mean, not a median: a metric flipping between two values repeats them, and a point equal
+    # to both neighbours has residual 0
     return np.sqrt(windows.mean(axis=1))
 
 
@@ -295,18 +272,9 @@ def _line(lx: np.ndarray, y: np.ndarray, se: np.ndarray) -> tuple[float, float]:
 
 
 def detect_convergence(x: ArrayLike, y: ArrayLike, se: ArrayLike | None = None) -> Verdict:
-    """Whether a curve converged, kept moving, or never changed beyond its noise.
-
-    ``x`` (tokens seen, > 0) is taken on a log scale; ``se`` is each point's standard error
-    (from the probe), or None to estimate one noise for all points (``curve_noise``). The
-    tail from checkpoint k is flat when, over its points (at least ``MIN_TAIL``), the slope
-    is within ``SLOPE_Z`` SE of 0, every point lies within ``BAND_Z`` noise of the tail's
-    mean, and, if a point before k departs from that mean by more than ``MOVE_Z`` noise (the
-    curve moved), the slope's upper bound is under ``RATE_FRACTION`` of the rate at which
-    the curve came from its first point: a short tail of a curve still rising at its old pace
-    is not flat for lack of evidence. The first k with a flat tail is where the curve
-    converged (or, if it never moved, it shows no change); without one it is still moving.
-    The same rule serves perplexity (on its log) and every validity curve.
+    """Whether a curve converged, kept moving, or never changed beyond its noise: the first checkpoint
+    with a flat tail on log ``x`` (docs/report-and-wandb.md); ``se`` per point, or None to estimate one
+    noise (``curve_noise``). The same rule serves perplexity (on its log) and every validity curve.
     """
     xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if xs.shape != ys.shape or xs.ndim != 1 or len(xs) < MIN_TAIL or (xs <= 0).any():
@@ -351,11 +319,8 @@ Series = tuple[ArrayLike, ArrayLike, ArrayLike | None]  # (x, y, se or None), as
 def convergence_ratio(
     late: Series, early: Series, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
 ) -> RatioEstimate | None:
-    """converged_at(late) / converged_at(early), or None unless both converged. The CI is a
-    parametric bootstrap: every point perturbed by its noise (normal, SD = its SE or the
-    curve's own ``curve_noise``), the detector rerun on both curves. A resample holds the
-    observed noise and the added noise, so the detector is told sqrt(2) x the SE (a curve
-    without SE has its noise estimated again)."""
+    """converged_at(late) / converged_at(early), or None unless both converged, with a parametric bootstrap
+    CI (points perturbed by their noise, the detector rerun on both curves)."""
     verdicts = [detect_convergence(*series) for series in (late, early)]
     if any(v.state != CONVERGED for v in verdicts):
         return None
@@ -364,6 +329,7 @@ def convergence_ratio(
     for x, y, se in (late, early):
         ys = np.asarray(y, dtype=np.float64)
         sd = np.full(len(ys), curve_noise(x, ys)) if se is None else np.asarray(se, dtype=np.float64)
+        # a resample holds the observed noise and the added noise: the detector is told sqrt(2) x the SE
         curves.append((x, ys, sd, None if se is None else sd * math.sqrt(2)))
     ratios = []
     for _ in range(n_resamples):

@@ -1,19 +1,6 @@
 """Exact UTF-8 validity scores for byte streams ("Beyond Perplexity: UTF-8 Validity in Byte-aware LMs",
-arXiv:2606.14122, section 3.2).
-
-The DFA accepts exactly Unicode's well-formed UTF-8 (Unicode Standard, Table 3-7):
-no 80-BF or C0/C1 or F5-FF leads, no overlongs (E0 80-9F, F0 80-8F), no surrogates
-(ED A0-BF), nothing above U+10FFFF (F4 90-BF). After an error it resynchronises like
-CPython's ``decode(errors="replace")`` (maximal-subpart rule): a byte that cannot
-continue the pending character drops that character and is read again as a lead.
-Folding that re-read into the table makes every byte exactly one table lookup, so a
-batch of streams advances one byte column at a time with numpy and never rescans.
-
-Scores of a stream B (empty B scores 1.0 on all three):
-  strict  = 1 iff B is complete, well-formed UTF-8
-  soft    = b_c / |B|             b_c: bytes inside complete valid characters
-  partial = (b_c + p * b_i) / |B|  b_i: bytes of a trailing incomplete, so-far-valid
-                                   character; p = b_i / bytes that character needs
+arXiv:2606.14122, section 3.2): strict, soft and partial from one DFA lookup per byte, so a batch of
+streams advances a byte column at a time with numpy (docs/utf8-probes.md).
 """
 
 from __future__ import annotations
@@ -134,10 +121,8 @@ def pad_streams(streams: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
 
 
 class StreamScorer:
-    """DFA state of N byte streams, advanced chunk by chunk without rescanning.
-
-    ``feed`` takes the next bytes of every stream (e.g. one generated token each);
-    ``scores()`` then scores each whole stream as it now stands.
+    """DFA state of N byte streams, advanced chunk by chunk without rescanning: ``feed`` takes each
+    stream's next bytes (e.g. one generated token), ``scores()`` scores each whole stream as it stands.
     """
 
     def __init__(self, n: int) -> None:
@@ -228,10 +213,8 @@ def token_classes(table: np.ndarray, lengths: np.ndarray) -> TokenClasses:
 
 @dataclass(frozen=True)
 class StepScores:
-    """Per-step scores of N generations, arrays of shape (N, T).
-
-    Column t-1 scores Bytes(prompt + generated[:t]); ``cumulative`` is the running
-    mean of ``partial`` and ``ema`` its exponential moving average (ema(1) = partial(1)).
+    """Per-step scores of N generations, arrays of shape (N, T): column t-1 scores Bytes(prompt +
+    generated[:t]); ``cumulative`` is the running mean of ``partial``, ``ema`` its EMA (ema(1) = partial(1)).
     """
 
     partial: np.ndarray
@@ -250,11 +233,9 @@ def step_scores(
     chunks: Sequence[tuple[np.ndarray, np.ndarray]] | None = None,
     alpha: float = 0.1,
 ) -> StepScores:
-    """Score every prefix of N generations, feeding each step's bytes once.
-
-    Give the generated tokens' bytes either as ``steps[i][t]`` (bytes of token t of
-    generation i; b"" for a special token or after generation stopped) or, for the
-    engine, as ``chunks[t] = (bytes (N, L), lengths (N,))``.
+    """Score every prefix of N generations, feeding each step's bytes once: ``steps[i][t]`` (token t of
+    generation i; b"" for a special token or after it stopped) or, for the engine, ``chunks[t] =
+    (bytes (N, L), lengths (N,))``.
     """
     if not 0.0 < alpha <= 1.0:
         raise ValueError(f"alpha must be in (0, 1], got {alpha}")

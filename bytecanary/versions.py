@@ -1,16 +1,6 @@
-"""The one place that checks a library's version where bytecanary relies on its private internals.
-
-Lightning, transformers and datatrove give no public way to do four things bytecanary needs:
-``ScheduledCheckpoint`` overrides how ``ModelCheckpoint`` writes and links ``last.ckpt``,
-``PerfMonitor`` overrides ``ThroughputMonitor``'s per-step hook, and the probes' decoder copies
-rows of one KV cache's layers into a preallocated ``StaticCache``, and ``bytecanary prepare``
-marks a failed task unfinished in datatrove's task folder. Private names change in
-minor releases, and a renamed override is silently never called. So pyproject.toml pins the
-tested ranges below (a test checks they agree), and each of those places calls ``require``
-and ``require_attrs`` before it relies on the internals: outside the range, or with a name
-gone, the run stops with one line that names the package, its version, the range and what
-relies on it. The check also catches what the pins cannot: an environment that bypassed them
-(``pip install --no-deps``, a library upgraded later).
+"""The one place that checks a library's version where bytecanary relies on its private internals,
+so a renamed override stops the run with one line instead of being silently never called
+(docs/layout.md, "Private internals").
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The probes' batches: the costliest first, and an out-of-memory error retried where it happens.
-
-Samples arrive sorted (shortest first, so a batch carries little padding) and are cut into
-batches of the probe's size from the first sample on; the order the batches run in changes no
-result. Running the costliest batch first brings an out-of-memory error at the first batch,
-as lm-evaluation-harness's collator does. Inside a pipeline's ``share``, that batch's loop then
-starts again at half the size: nothing was computed yet, so nothing is computed twice, and
-the results are those of a run at the smaller size from the start. An error after some batch
-was computed goes up to the pipeline, which runs the whole share again at half the size.
+"""The probes' batches: the costliest first, as lm-evaluation-harness's collator does, so an
+out-of-memory error comes at the first batch, where it is retried at half the size with nothing
+computed twice (docs/gpus.md, "Precision and memory").
 """
 
 from __future__ import annotations

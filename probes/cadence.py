@@ -1,19 +1,6 @@
-"""When a probe fires during training: its cadence over the run's planned checkpoints.
-
-Every probe entry may say how often it runs, beside its parameters::
-
-    - {name: level0}                                   # every checkpoint (the default)
-    - {name: mcqa, cadence: {every: 4}}                # the 1st, 5th, 9th, ... checkpoint
-    - {name: mcqa, cadence: {log_base: 4}}             # log-spaced in tokens: the first checkpoint
-                                                       # at or past 1, 4, 16, ... steps' tokens
-
-Cheap probes watch every checkpoint; costly ones (generated MCQA answers) can sample the
-curve more thinly, densest early where validity moves fastest. The last checkpoint of the
-run always fires, so every curve reaches the end. A cadence is decided from the planned
-schedule alone, never from what ran before, so a restart, a catch-up of missed probes and
-a second run of the same config pick the same checkpoints. A point of a token schedule is
-a step count: tokens per step are fixed within a run, so "the first checkpoint at or past
-4**k steps" is the first at or past that many steps' tokens.
+"""When a probe fires during training: its cadence (every checkpoint, ``{every: N}``, ``{log_base: b}``)
+over the run's planned checkpoints, decided from the plan alone so a restart, a catch-up and a rerun
+pick the same ones; the last checkpoint always fires (docs/training.md, "Cadences").
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
-"""Claims: which worker computes which (checkpoint, probe) pair, so no pair is computed twice.
-
-Several workers may probe one series into one records file: the ranks of a ``torchrun`` or
-``srun`` launch, SLURM array jobs, a second launch while the first runs, machines on a shared
-filesystem. Before computing a pair a worker claims it in ``<records>.claims`` (JSON lines
-appended under ``flock``, as the records are); a claim holds for a lease that the worker
-renews while it computes. A pair another worker holds is skipped; a claim whose lease ran out
-(its worker was killed) is taken over; a worker may take back its own claims at once, so a
-killed worker restarted under the same name goes on where it stopped.
-
-The claims file is refused, as the records file is, when it is a link out of its folder or no
-regular file. A claim line names its worker's process (host, pid) and lease. A line that does not
-parse is skipped with a warning; an expiry further ahead than its lease allows (a hand edit, a
-clock far off) counts as run out, with a warning. Two live processes under one ``--workers.name`` share the
-work as two workers, with a warning: a process takes back at once only the claims of its own
-process, or of a namesake on its host that no longer exists (a restart); a namesake elsewhere is
-waited out like any worker.
+"""Claims: which worker computes which (checkpoint, probe) pair, so no pair is computed twice when
+several workers probe one series into one records file: leases in ``<records>.claims``, renewed
+while computing, taken over when they run out (docs/gpus.md, "Probing a series with several workers").
 """
 
 from __future__ import annotations

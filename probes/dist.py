@@ -1,8 +1,5 @@
-"""Where a probe runs among processes: torch.distributed ranks, launchers' workers, devices.
-
-Under torch.distributed every rank computes whole batches of a probe's samples and rank 0
-aggregates them; a launch's processes (torchrun, srun, array jobs) are also the workers that
-share a series of checkpoints, each on a device of its own.
+"""Where a probe runs among processes: torch.distributed ranks (each computes whole batches, rank 0
+aggregates), the launch's workers that share a series of checkpoints, and each one's device.
 """
 
 from __future__ import annotations

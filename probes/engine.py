@@ -1,10 +1,6 @@
-"""Batched decoding and teacher-forced likelihoods for the probes: left-padded prompts, one
-prefill per distinct ``prompt + gold`` sequence, one short pass per new token, results equal
-to ``model.generate`` on each prompt alone (docs/utf8-probes.md, "The engine").
-
-Shape suffixes: B samples of a batch, U the distinct ``prompt + gold`` sequences among
-them (one prefill row each; ``seq_B`` maps a sample to its row), T time (tokens),
-V vocabulary, 1 an axis of length one.
+"""Batched decoding and teacher-forced likelihoods for the probes, equal to ``model.generate`` on each
+prompt alone (docs/utf8-probes.md, "The engine"). Shape suffixes: B samples of a batch, U distinct
+``prompt + gold`` sequences (``seq_B`` maps a sample to its row), T tokens, V vocabulary, 1 length one.
 """
 
 from __future__ import annotations
@@ -111,11 +107,9 @@ def cache_of(out) -> object:
 
 
 def per_sample_cache(model: torch.nn.Module, cache: Cache, rows_B: torch.Tensor, length: int) -> StaticCache:
-    """Row ``rows_B[b]`` of ``cache`` for each sample b, in a cache preallocated to ``length``
-    columns: decoding then writes each new token in place, where a growing cache would
-    reallocate every layer at every step (and fragment the heap into a higher peak).
-    transformers has no public call for this, so it works on the caches' layers (checked
-    against the tested version at first use)."""
+    """Row ``rows_B[b]`` of ``cache`` for each sample b, in a cache preallocated to ``length`` columns, so
+    decoding writes in place instead of reallocating every layer at every step; transformers has no public
+    call for this, so it works on the layers (checked against the tested version at first use)."""
     _require_transformers()
     static = StaticCache(config=model.config, max_cache_len=length)
     _require_layers(static, cache)
@@ -215,10 +209,9 @@ def _prefill(
     room: int,
     own: bool = False,
 ) -> _Prefill:
-    """One forward pass over the batch's distinct ``prompt + gold`` sequences, then the
-    cache copied to one row per sample (with ``room`` columns for decoding) and its gold
-    columns masked out. ``own``: the model's own cache, filled by a pass over the prompts
-    alone (where golds were scored in a pass of their own), as ``model.generate`` fills it."""
+    """One forward pass over the batch's distinct ``prompt + gold`` sequences, its cache copied to one row
+    per sample (``room`` columns to decode into) with the gold columns masked out; ``own``: the model's
+    own cache, filled by a pass over the prompts alone, as ``model.generate`` fills it."""
     device = next(model.parameters()).device
     plen_B = torch.tensor([len(p) for p in prompts], device=device)
     split = own and any(golds)  # the model's own window counts a gold's masked columns
@@ -276,10 +269,9 @@ def _decode(
     stops: StopStrings | None,
     classes_VM: torch.Tensor | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """(tokens, log-probs, lengths, class masses) of each sample: one short forward a new token
-    and one host sync a step (eos and stop strings are read there); finished rows leave the
-    batch and the cache once a quarter of the live rows have. The mask spans a static cache
-    whole (ALiBi reads its width as the cache's), a growing one as far as it goes."""
+    """(tokens, log-probs, lengths, class masses) of each sample: one short forward and one host sync a
+    step (eos and stop strings are read there); finished rows leave the batch and the cache once a
+    quarter of the live rows have."""
     logits_BV, cache, mask_BT, pos_B1, cols = pre.logits_BV, pre.cache, pre.mask_BT, pre.pos_B1, pre.width
     max_new_tokens, pad_id = decoding.max_new_tokens, decoding.pad_id
     n, device = len(logits_BV), logits_BV.device
@@ -318,6 +310,8 @@ def _decode(
         pos_B1 = pos_B1 + 1
         out = model(
             input_ids=next_B[:, None],
+            # a static cache's mask spans it whole (ALiBi reads its width as the cache's), a growing one's
+            # as far as it goes
             attention_mask=mask_BT if pre.static else mask_BT[:, :cols],
             position_ids=pos_B1,
             use_cache=True,
@@ -339,17 +333,14 @@ def generate(
     codec: ByteCodec | None = None,
     classes: np.ndarray | None = None,
 ) -> Generation:
-    """Decode every prompt, in batches of ``decoding.batch_size`` cut in the given order
-    (``batching.each``: the costliest first, unless sampled). ``golds`` are scored
-    teacher-forced in the same prefill and masked out of each sample's decoding; without them
-    and ``score_prompt``, the LM head runs on the last column only (``prompt_logprob`` nan).
-    ``stops`` (with the tokenizer's ``codec``) are each prompt's stop strings as UTF-8 bytes;
-    ``classes`` ((V, M) of 0/1) gives the mass on each of M token classes at every step."""
+    """Decode every prompt in batches of ``decoding.batch_size``, costliest first unless sampled, ``golds``
+    scored teacher-forced in the same prefill; ``stops``: each prompt's stop strings as UTF-8 bytes (read with
+    ``codec``); ``classes`` ((V, M) of 0/1): the mass on each of M token classes at every step."""
     if stops is not None and codec is None:
         raise ValueError("stop strings need the tokenizer's codec to read the generated bytes")
     n, max_new_tokens, pad_id = len(prompts), decoding.max_new_tokens, decoding.pad_id
     sampling = decoding.sampling
-    last_only = not score_prompt and golds is None
+    last_only = not score_prompt and golds is None  # the LM head on the last column only: prompt_logprob nan
     golds = golds if golds is not None else [()] * n
     gen = torch.Generator().manual_seed(sampling.seed) if sampling.temperature > 0 else None
     device = next(model.parameters()).device

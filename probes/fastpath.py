@@ -45,10 +45,9 @@ def fast_path_gap(
     golds: Sequence[Sequence[int]],
     batch: Generation,
 ) -> str | None:
-    """Why the fast path does not compute what the model's own forward does, from a batch it
-    decoded (None: it does): the log-probs of prompt, gold and generated tokens against one
-    plain forward per sequence, for the first sample, the most left-padded one and the one
-    whose gold leaves the longest masked stretch in its decoding."""
+    """Why the fast path does not compute what the model's own forward does (None: it does): a decoded
+    batch's log-probs against one plain forward per sequence, for the samples likeliest to differ
+    (the first, the most left-padded, the one with the longest gold masked out of its decoding)."""
     sizes = [len(p) + len(g) for p, g in zip(prompts, golds, strict=True)]
     picks = {0, int(np.argmin(sizes)), int(np.argmax([len(g) for g in golds]))}
     fp32 = next(model.parameters()).dtype.itemsize >= 4 and torch.get_float32_matmul_precision() == "highest"

@@ -1,10 +1,6 @@
-"""What the probes compute in, and what to do when a batch does not fit.
-
-``--dtype auto`` is bfloat16 on CUDA (half the memory and several times the matmul rate of
-fp32, with logits upcast to fp32 before any softmax) and float32 elsewhere: CPUs differ, and
-on one without bf16 units a bf16 matmul runs tens of times slower than fp32, so bf16 asked
-for on such a CPU gets one warning line. A batch that runs out of memory is retried at half
-the size (``Pipeline`` does, on every rank alike); ``is_oom`` tells such an error from the rest.
+"""What the probes compute in (``--dtype auto``: bfloat16 on CUDA, float32 elsewhere, with a warning
+for bf16 on a CPU without bf16 units) and how to tell an out-of-memory error from the rest
+(docs/gpus.md, "Precision and memory").
 """
 
 from __future__ import annotations

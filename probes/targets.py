@@ -1,10 +1,6 @@
-"""What to probe: checkpoints named on a command line or found in a folder, and how to load one.
-
-A target is a checkpoint file (a run's weights file ``step{N}.safetensors``, or a Lightning
-``.ckpt``), an HF model folder, or a model id at a revision (Pythia's ``step1000``...); a
-run folder, or its ``checkpoints/``, stands for its weights files; an HF Trainer output
-folder (the final model beside ``checkpoint-N/``) for its checkpoints, then the final model.
-Loading never runs remote code; anything unreadable is one ``BytecanaryError`` naming it.
+"""What to probe: checkpoint files, HF model folders, model revisions, run and checkpoint folders
+(docs/utf8-probes.md, "Probing existing checkpoints"), and how to load one: never running remote
+code, anything unreadable one ``BytecanaryError`` naming it.
 """
 
 from __future__ import annotations
@@ -221,10 +217,9 @@ class Loader:
 
 
 def _load_hf(target: Target) -> tuple[Any, Any]:
-    """An HF model and its tokenizer, the tokenizer first and checked for byte tokens, so an
-    unsupported one is refused before the model loads; weights that leave parameters of the
-    architecture missing, hold ones it lacks, or have other shapes than its config's are
-    refused rather than probed as random (the first mismatch named, with both shapes)."""
+    """An HF model and its tokenizer, the tokenizer first, so one without byte tokens is refused before
+    the model loads; weights with missing, unknown or misshapen parameters are refused rather than
+    probed as random (the first mismatch named, with both shapes)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from bytecanary.bytecodec import ByteCodec

@@ -1,9 +1,6 @@
-"""Corpus chunks: each language's split as numbered JSONL files of bounded size.
-
-A chunk is the unit of parallel work and of resume: the shard stage encodes one chunk per
-task, and a killed run redoes only the chunks it had not finished. Names sort in corpus
-order (``<source>-<file>-<part>.jsonl``), so reading the chunks in name order gives the
-documents in the order the sources produced them, whatever wrote them in parallel.
+"""Corpus chunks: each language's split as numbered JSONL files of bounded size, the unit of parallel
+work and of resume; names sort in corpus order, so reading them in name order gives the documents
+in the order the sources produced them, whatever wrote them in parallel (docs/data.md).
 """
 
 from __future__ import annotations

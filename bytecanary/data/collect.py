@@ -1,9 +1,6 @@
-"""The corpus stage's tasks: every source into train/val chunks of its language.
-
-A generated source (synthetic, Debian, a ``datasets`` stream) is one task, its documents
-split by a seeded draw in the order it yields them. A ``files`` source is one task per
-file, its documents split by a seeded hash of (file, row), so a file's split does not
-depend on which worker reads it or when.
+"""The corpus stage's tasks: every source into train/val chunks of its language, split by a seeded
+draw (a generated source, one task) or a seeded hash of (file, row) (a ``files`` source, one task
+per file), so a document's split does not depend on which worker reads it (docs/data.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Corpus sources: real text from Debian packages, synthetic text, anything ``datasets`` loads.
-
-The default corpus is LibreOffice's help pages from Debian (``bytecanary.data.debian``).
-The synthetic source samples words from ``wordfreq``'s ranked lists by their real
-frequencies into sentences and paragraphs with each language's punctuation and spacing
-(no spaces between Japanese or Chinese words), so character counts get the long tail of
-rare CJK characters the UTF-8 probes need. Everything is seeded: same config, same text.
+"""Corpus sources: real text from Debian packages, synthetic text from ``wordfreq``'s word lists
+(with the long tail of rare CJK characters the UTF-8 probes need), anything ``datasets`` loads;
+all seeded, so the same config gives the same text (docs/data.md, "Stages").
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""Real multilingual text from Debian packages: pages of HTML, cleaned into documents.
-
-LibreOffice's help (``libreoffice-help-{en-us,ja,ko,zh-cn}``, MPL-2.0) holds the same pages
-professionally translated into each language, about 12 MB of packages in all. Packages are
-fetched with ``apt-get download`` and unpacked with ``dpkg-deb -x`` into a cache (nothing is
-installed); a package already in the cache needs neither tool nor network again.
-
-Cleaning: the text of a page's body (no header, navigation, footer debug block, scripts or
-code samples), one line per block element; a line is kept only when at least
-``min_script_share`` of its letters are in the language's script (the translations leave
-English strings and code untranslated), and a line seen before in this source is dropped.
-Pages come in an order seeded by their keys, the same for every language, so the same config
-gives the same documents in the same order.
+"""Real multilingual text from Debian packages: LibreOffice's help pages, the same pages translated
+into each language, fetched once into a cache and cleaned into documents in a seeded order
+(docs/data.md, "Stages").
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The shard stage's task: one corpus chunk to token ids, in one pass over its text.
-
-While it encodes, a task counts what later steps need, so nothing reads the text again:
-tokens per document, byte-fallback tokens, UTF-8 bytes, the SHA-256 of the shard, and (for
-the training split) every character's count, from the code points of each batch of
-documents at once. Memory is one batch of documents, whatever the chunk's size.
+"""The shard stage's task: one corpus chunk to token ids in one pass, counting on the way what later
+steps need (tokens, byte-fallback tokens, bytes, SHA-256, characters), so nothing reads the text
+again; memory is one batch of documents, whatever the chunk's size.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Parallel stages on datatrove: one task per unit of work, on local processes or SLURM.
-
-A stage hands ``run_tasks`` a picklable function and its items (a corpus file, a chunk).
-datatrove's executors run one task per item, ``LocalPipelineExecutor`` on this machine's
-cores and ``SlurmPipelineExecutor`` as a job array, and mark each finished task
-complete, so a killed stage reruns only the tasks it had not finished. Each task's result
-is a JSON file; a task whose item is bad records its one-line error instead, the others go
-on, and the stage fails at the end with the count.
+"""Parallel stages on datatrove: one task per unit of work (a corpus file, a chunk), on local processes
+or as a SLURM job array, each finished task marked so a killed stage reruns only the rest; a bad
+item records its one-line error, the others go on, and the stage fails at the end with the count.
 """
 
 from __future__ import annotations
@@ -48,15 +43,14 @@ _running_here: int | None = None  # the pid of a process running local tasks, wh
 
 
 def _die_with_parent() -> None:
-    """In a child forked while this process runs local tasks (datatrove's ``Manager`` server
-    process): Linux kills it when its parent dies, so a SIGKILLed ``prepare`` (the OOM
-    killer's) leaves no process behind waiting forever. The signal follows the thread that
-    forked, which is the one running the tasks; the child's own children are left alone."""
+    """In a child forked while this process runs local tasks (datatrove's ``Manager``): Linux kills it
+    when its parent dies, so a SIGKILLed ``prepare`` (the OOM killer's) leaves no process waiting forever."""
     global _running_here
     parent = _running_here
     _running_here = None
     if parent is None or _PRCTL is None:
         return
+    # the signal follows the thread that forked (the one running the tasks); grandchildren are left alone
     _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)

@@ -1,24 +1,6 @@
 """Eval sets for the UTF-8 probes ("Beyond Perplexity: UTF-8 Validity in Byte-aware LMs",
-sections 3.1 and 3.3), and their loaders.
-
-Level 0: characters of a language in frequency tiers taken from a character snapshot of
-the training split. Seen characters of the language's blocks, sorted by count, are
-``common`` while they make the first ``tier_mass[0]`` of all occurrences, ``uncommon`` up
-to ``tier_mass[1]``, and ``rare`` after that. ``unseen`` are assigned code points of the
-language's blocks with zero count (Extension B gives zh 4-byte characters); the control
-tier ``unseen_3b`` keeps unseen 3-byte characters only, separating byte length from
-frequency. Level 1: held-out sentences that reach a rare or unseen character, cut right
-after it, topped up with template sentences when held-out text runs short.
-
-Files use the paper's published formats, so the paper's own eval files load too;
-malformed entries are rejected with one line naming the file, the entry's index and the
-field, before any model loads: an empty or non-UTF-8 file, a lone surrogate code point
-anywhere (no UTF-8 bytes encode one), a character twice in one tier (one item id twice).
-The published Level 0 files have no language field and mix languages (one holds zh, ko
-and other scripts side by side): there a character's language comes from its Unicode block
-(Hangul ko, kana ja, Han zh) and the rest form the group ``other``. A file that names its
-language (a top-level ``language``, as our own files do, or a code in its name,
-``level0_ja.json``) holds that language only.
+arXiv:2606.14122, sections 3.1 and 3.3) and their loaders, in the paper's published formats so its
+own files load too (docs/data.md, "Stages"; docs/utf8-probes.md, "Trial mode and eval sets").
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""What each language means to the corpus and the eval sets: scripts, blocks, punctuation.
-
-Evaluation characters are multi-byte (the probes ask a model to finish a character
-byte by byte), taken from each language's own Unicode blocks ("Beyond Perplexity: UTF-8
-Validity in Byte-aware LMs", section 3.1).
+"""What each language means to the corpus and the eval sets: scripts, blocks, punctuation; evaluation
+characters are multi-byte characters of the language's own Unicode blocks (arXiv:2606.14122, section 3.1).
 """
 
 from __future__ import annotations

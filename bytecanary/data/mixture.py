@@ -1,10 +1,6 @@
-"""From encoded chunks to the shard index: the training split cut to the mixture, and
-character counts at token budgets, reading only the chunk a cut falls in.
-
-Every task left its chunk's totals and character counts, so a cut needs the document
-offsets of one chunk: the one holding the document the cut ends at. That chunk's kept
-part is copied into a shorter shard (and its characters recounted from its text); the
-chunks before it are kept whole and the ones after it are left out.
+"""From encoded chunks to the shard index: the training split cut to the mixture, and character counts
+at token budgets, reading only the one chunk a cut falls in (the chunks before it kept whole, the
+ones after it left out).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""What ``bytecanary prepare`` may replace in its out folder, and one prepare per folder.
-
-A stage folder is prepare's when it holds the ``stage.json`` prepare wrote, which lists every
-file and folder of the stage, so a file a user added is never deleted with it. The out folder
-is locked while prepare runs, and its holder file names the process for a second prepare.
+"""What ``bytecanary prepare`` may replace in its out folder (a stage folder whose ``stage.json`` lists
+its files, so a file a user added is never deleted), and one prepare per folder, under a lock.
 """
 
 from __future__ import annotations

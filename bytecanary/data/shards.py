@@ -1,12 +1,6 @@
-"""Token shards: memory-mapped token files, one per corpus chunk (nanoGPT style, split).
-
-``<lang>/<split>/<chunk>.bin`` holds the chunk's documents' token ids back to back, each
-followed by eos, as uint16 (uint32 when the vocabulary exceeds 65535), and
-``<chunk>.idx.npy`` the start offset of every document. A split is its files in name
-order. The training split is cut at a document boundary so the languages' token counts
-follow the configured mixture. ``index.json`` lists each file with its length in bytes and
-its SHA-256: opening a split checks the lengths (a cut-off file would train on part of the
-data), ``bytecanary prepare --verify`` the hashes.
+"""Token shards: memory-mapped token files, one per corpus chunk (nanoGPT style, split), with the
+``index.json`` of their lengths and SHA-256, so opening a split refuses a cut-off file
+(docs/data.md, "Stages").
 """
 
 from __future__ import annotations

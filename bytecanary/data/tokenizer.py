@@ -1,11 +1,6 @@
-"""Train and save the tokenizer (HF ``tokenizers``), loadable with ``AutoTokenizer``.
-
-``byte_fallback`` (the paper's): BPE over a kept alphabet chosen by character coverage,
-as SentencePiece does; every other character is spelled with ``<0xNN>`` byte tokens, which
-is what turns rare characters into byte sequences. Whitespace is SentencePiece's: a ``▁``
-is prepended and every space becomes ``▁`` (normalizer), so encode/decode is lossless,
-leading spaces included. ``gpt2`` is GPT-2's byte-level BPE; ``bytes`` has the 256 byte
-tokens and nothing else.
+"""Train and save the tokenizer (HF ``tokenizers``), loadable with ``AutoTokenizer``: ``byte_fallback``
+(the paper's, spelling rare characters in ``<0xNN>`` byte tokens, lossless SentencePiece-style
+whitespace), ``gpt2`` (byte-level BPE) or ``bytes`` (docs/data.md, "Stages").
 """
 
 from __future__ import annotations

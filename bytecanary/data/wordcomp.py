@@ -1,27 +1,6 @@
-"""The embedded word-completion MCQA task, built from held-out text by ``bytecanary prepare``.
-
-An item is a held-out sentence up to the first half of a vocabulary word; its four choices
-are the word's second half and the second halves of three other vocabulary words with a
-second half of the same length. A model learns the task as it learns the language's
-words, so accuracy moves over training where a benchmark would sit at chance for a small
-model. The ending continues the context directly (no delimiter), so cloze scoring reads it
-as the text's next bytes; the answer position cycles through 0-3, so a position bias
-cannot pass for skill.
-
-The right ending is often part of a word the tokenizer merged, so it would be scored in
-fewer tokens than a distractor, and an untrained model, which gives every token about the
-same log-probability, would pick it nearly every time: the score would measure the
-tokenizer. So every distractor gives the question as many tokens as the right ending does
-under the data's tokenizer (the one its runs train with). The probe scores the tokens after
-the prefix the four encodings share (lm-evaluation-harness's encoding), so equal totals
-mean equal numbers of scored tokens. Matching counts favours endings that, like a merged
-gold, make a word with the first half; such an ending would be right too, so none may.
-An occurrence with fewer than three distractors left is dropped, and counted.
-
-The eval-set stage writes a pool per language to ``evalsets/mcqa_wordcomp_<lang>.jsonl``,
-one JSON object per line. Items are drawn in one seeded order and the pool stops at its
-size, so the first n items of any pool are the items a pool of n would hold: a probe
-takes a prefix.
+"""The embedded word-completion MCQA task, built from held-out text by ``bytecanary prepare``: it moves
+as a small model learns words, where a benchmark sits at chance, and its distractors match the gold's
+token count so an untrained model scores chance (docs/mcqa-probes.md, "Word completion starts at chance").
 """
 
 from __future__ import annotations
@@ -102,10 +81,9 @@ def _distractors(tokenizer: Any, question: str, right: str, candidates: list[str
 def build_items(
     heldout_docs: Iterable[str], language: str, n: int, seed: int, tokenizer: Any
 ) -> tuple[list[dict], int]:
-    """Up to ``n`` items from every word occurrence of the held-out documents, in a seeded
-    order, and how many occurrences were dropped on the way for want of three distractors:
-    endings of the gold's length, spelling no vocabulary word with the first half, that
-    give the question the gold's token count under ``tokenizer`` (the run's)."""
+    """Up to ``n`` items from the held-out documents' word occurrences in a seeded order, and how many
+    occurrences were dropped for want of three distractors (same length, no word with the first half,
+    the gold's token count under ``tokenizer``, the run's)."""
     lang = LANGUAGES[language]
     known = _vocabulary(language)
     longest = max(map(len, known))
