@@ -1,22 +1,6 @@
-"""Checkpoints: a log-spaced early schedule, weights files for the probes, one rolling
-training state for resume, atomic writes, safe loading, HF export.
-
-UTF-8 validity changes fastest early in training, so besides every ``every_n_steps``
-the schedule saves at steps 1, 2, 4, ..., ``log_spaced_until`` (as Pythia does), and at
-the last step: the paper's 420 checkpoints. Each scheduled step writes the weights file
-``step{N}.safetensors`` (kept: the probes' checkpoint, 0.6 GB for the 355M in bf16), then
-the full training state ``step{N}.ckpt`` (3.7 GB with AdamW), links ``last.ckpt`` to it and
-deletes the older full states, but those whose step is a multiple of ``keep_state_every``.
-A crash between the two writes retrains that step and rewrites its weights bit for bit
-(before the first full state: from step 0). While a full state is written the previous
-one still exists: the disk plan printed at start counts that second state in its peak.
-
-Every write goes to a temporary file in the target folder, is fsynced and renamed, so a
-crash mid-save never loses the previous checkpoint; a full disk is an error naming the
-file. Resuming takes the newest full state that loads, by step: a truncated or corrupt file
-is skipped with a warning, never hiding the good ones. The run folder keeps a copy of the
-tokenizer, which checkpoints name relative to themselves, so a run folder is self-contained.
-"""
+"""Checkpoints on a log-spaced + regular schedule, since UTF-8 validity moves fastest early: a weights
+file kept per step for the probes, one rolling training state for resume, atomic writes and safe loads
+(docs/training.md#checkpoints, docs/faults.md)."""
 
 from __future__ import annotations
 
@@ -114,12 +98,11 @@ STATE_HEADER = (64 * 1024, 2048)
 
 
 def checkpoint_bytes(model: torch.nn.Module, weights_dtype: str) -> tuple[int, int]:
-    """Bytes of (a weights file, a full training state) of ``model``, from its parameters
-    (the tied embedding once), headers included, a little over the real files: the weights
-    file holds each in ``weights_dtype``; the full state holds fp32 master weights and AdamW's
-    two fp32 moments, 12 bytes each. Works on the meta device (nothing allocated)."""
-    n, tensors = count_parameters(model), len(list(model.parameters()))
+    """Bytes of (a weights file, a full training state) of ``model``, headers included, a little
+    over the real files, so a disk sized by them never fills; works on the meta device."""
+    n, tensors = count_parameters(model), len(list(model.parameters()))  # the tied embedding once
     weights = n * getattr(torch, weights_dtype).itemsize + WEIGHTS_HEADER[0] + tensors * WEIGHTS_HEADER[1]
+    # the full state: fp32 master weights and AdamW's two fp32 moments, 12 bytes a parameter
     return weights, n * 12 + STATE_HEADER[0] + tensors * STATE_HEADER[1]
 
 
@@ -173,10 +156,8 @@ class ScheduledCheckpoint(ModelCheckpoint):
         return bool(self.keep_state_every) and step % self.keep_state_every == 0
 
     def disk_use(self, model: torch.nn.Module, max_steps: int) -> tuple[int, int, int]:
-        """(full states left at the end, bytes at the end, most bytes held at once) by
-        ``max_steps``: each step's full state is written while the previous one still exists
-        (it is deleted after), so the peak holds one state more than the end unless the
-        previous one is kept anyway."""
+        """(full states left at the end, bytes at the end, most bytes held at once) by ``max_steps``;
+        the peak counts each full state written beside the previous one, deleted only after it."""
         weights, state = checkpoint_bytes(model, self.weights_dtype)
         steps = self.scheduled_steps(max_steps)
         held: set[int] = set()
@@ -204,7 +185,8 @@ class ScheduledCheckpoint(ModelCheckpoint):
         step = trainer.global_step
         if not self.is_scheduled(step, trainer.max_steps) or self._should_skip_saving_checkpoint(trainer):
             return
-        self.weights_path = self._save_weights(trainer, pl_module)  # first: see the module docstring
+        # the weights file first: a crash before the full state retrains this step and rewrites it bit for bit
+        self.weights_path = self._save_weights(trainer, pl_module)
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         if trainer.is_global_zero and self._last_global_step_saved == step:
             self._drop_old_states(step)
@@ -297,10 +279,9 @@ def _at(config: Mapping[str, Any], field: str) -> Any:
 
 
 def check_resumable(path: Path, hparams: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
-    """The full state ``path`` holds weights of the shape ``hparams`` (the module's) builds:
-    a resume with another shape is one line naming the field and both values, before the run
-    folder is touched (else Lightning's load fails deep inside fit, after the run changed).
-    Returns one line per training setting of ``config`` that differs from the checkpoint's."""
+    """Refuse, in one line naming the field, a full state whose shape is not ``hparams``', before the
+    run folder changes (Lightning's load would fail deep inside fit); returns a warning line per
+    training setting of ``config`` that differs from the checkpoint's."""
     ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     saved = ckpt.get("hyper_parameters") or {}
     arch = saved.get("arch") or {}

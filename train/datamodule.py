@@ -1,11 +1,6 @@
-"""Batches from the prepared token shards, in an order that survives restarts.
-
-Training sample g (a global index) is a window of ``seq_len + 1`` tokens whose language
-and offset are a pure function of (seed, g): a hash, no RNG state. Batch k of rank r holds
-samples ``(k * world + r) * B + b``, so ranks read disjoint samples, and a run resumed at
-step s simply starts at batch ``s * accumulate`` and sees exactly the batches an
-uninterrupted run would have seen. Languages are drawn by the mixture weights.
-"""
+"""Batches from the prepared token shards in an order that is a pure function of (seed, sample index),
+a hash with no RNG state, so ranks read disjoint samples and a resumed run sees exactly the batches an
+uninterrupted one would (docs/training.md#data-order-and-resume)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""``bytecanary export``: a run's checkpoint -> a ``save_pretrained`` folder.
-
-The folder holds fp32 safetensors, the tokenizer and ``bytecanary.json`` (step, tokens seen,
-data folder, the checkpoint it came from, and the files export wrote), so
-``AutoModelForCausalLM`` / ``AutoTokenizer`` load it with no project code and ``bytecanary
-probe`` still knows where it came from. Export deletes nothing it did not write: it fills an
-absent or empty folder, and with ``--force`` replaces a previous export whose folder holds
-only the files that export listed. A run folder, a folder of runs, a run's checkpoints or
-anything else is never replaced. The folder is built beside the target and renamed into
-place, so a failed export leaves the target as it was.
-"""
+"""``bytecanary export``: a run's checkpoint -> a ``save_pretrained`` folder that transformers loads
+with no project code; it replaces nothing but a previous export, and a failed one leaves the target
+as it was (docs/training.md#export)."""
 
 from __future__ import annotations
 
@@ -65,7 +57,7 @@ def check_target(out_dir: str | Path, force: bool) -> Path:
 
 
 def export(ckpt_path: str | Path, out_dir: str | Path, force: bool = False) -> Path:
-    """A weights file or a full state -> ``out_dir`` (see the module docstring)."""
+    """A weights file or a full state -> ``out_dir`` (docs/training.md#export)."""
     from safetensors import SafetensorError
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging

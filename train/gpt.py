@@ -1,9 +1,6 @@
-"""GPT-2 for training: ``GPT2LMHeadModel``'s parameters (names, ``Conv1D`` layout, tied head,
-initialisation) in a lean forward with no masks, caches or output objects, which compiles to
-one graph with its loss.
-
-Shape suffixes: B batch, T time (tokens), C width, H heads, D head width, V vocabulary.
-"""
+"""GPT-2 for training: ``GPT2LMHeadModel``'s parameters (names, ``Conv1D`` layout, tied head, initialisation)
+in a lean forward with no masks, caches or output objects, which compiles to one graph with its loss.
+Shape suffixes: B batch, T time (tokens), C width, H heads, D head width, V vocabulary."""
 
 from __future__ import annotations
 
@@ -63,7 +60,7 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     """What training runs; its state dict is ``GPT2LMHeadModel``'s, key for key, so weights
-    files, exports and old checkpoints are those of the HF model."""
+    files, full states and exports are those of the HF model."""
 
     def __init__(self, config: GPT2Config) -> None:
         differs = {

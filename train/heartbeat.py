@@ -1,8 +1,6 @@
-"""Training's heartbeat: ``heartbeat.json`` in the run folder names the process that trains the
-run and its attempt, is renewed every few seconds from a daemon thread, and records when the
-process left training. A sidecar (``bytecanary probe --watch``) reads it to tell a training on
-its way from one that was killed, crashed or hangs (docs/gpus.md, "A sidecar beside training").
-"""
+"""Training's heartbeat: ``heartbeat.json`` names the process training the run, is renewed every few
+seconds and records when it left training, so a sidecar (``bytecanary probe --watch``) tells a training
+on its way from one killed, crashed or hung (docs/gpus.md#a-sidecar-beside-training)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Logging that never depends on W&B: ``metrics.jsonl`` always, W&B offline or online.
-
-Every dict the module logs carries ``step`` and ``tokens_seen``; W&B charts use
-``tokens_seen`` as their x-axis (``define_metric``). Without an API key or network the
-W&B run is offline, and its folder and the ``wandb sync`` command are printed.
-"""
+"""Logging that never depends on W&B: ``metrics.jsonl`` always, W&B offline (no key or network) or
+online, every row with ``step`` and ``tokens_seen``, the x-axis of W&B's charts (docs/training.md#logging)."""
 
 from __future__ import annotations
 

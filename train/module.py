@@ -1,13 +1,6 @@
-"""The LightningModule: next-token loss on GPT-2, perplexity per language, tokens seen.
-
-``tokens_seen`` counts real target tokens summed over all ranks and is logged with every
-metric dict (as is ``step``, the optimizer steps done), so every chart can use it as its
-x-axis. Checkpoints carry step, tokens_seen, the resolved config, the tokenizer path (the
-run's own copy, relative to the checkpoint), the data folder and the RNG state, so a
-resumed run continues bit for bit and a moved run folder still loads.
-
-Shape suffixes: B batch, T time (tokens), V vocabulary, L languages.
-"""
+"""The LightningModule: next-token loss on GPT-2, perplexity per language, and ``tokens_seen`` (every chart's
+x-axis); its checkpoints carry what a bit-for-bit resume and a moved run folder need (docs/training.md).
+Shape suffixes: B batch, T time (tokens), V vocabulary, L languages."""
 
 from __future__ import annotations
 

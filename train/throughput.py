@@ -1,14 +1,6 @@
-"""Training throughput and model FLOPs utilisation (MFU), logged as ``perf/*`` with ``tokens_seen``.
-
-FLOPs of one training token (forward + backward) follow "PaLM: Scaling Language Modeling
-with Pathways" (arXiv:2204.02311, appendix B), as nanoGPT's ``estimate_mfu`` does:
-``6 N + 12 L H Q T``, with N the parameters that take part in matmuls (all but the position
-embedding; the tied token embedding counts once, as the output projection), L layers,
-H heads, Q head width and T the sequence length. MFU divides the achieved FLOP/s of a device
-by its dense peak at the training precision. Lightning's table in 2.6 does not know the H200
-and lists sparse figures for some chips, so our dense table comes first; where neither
-knows the device (CPUs) there is no ``perf/mfu`` at all rather than an invented one.
-"""
+"""Training throughput and model FLOPs utilisation (MFU), logged as ``perf/*`` with ``tokens_seen``;
+FLOPs per token after PaLM (arXiv:2204.02311, appendix B), as nanoGPT counts them, over a dense
+peak table of our own (docs/performance.md#throughput-in-the-logs)."""
 
 from __future__ import annotations
 
@@ -43,6 +35,8 @@ DENSE_BF16_PEAK: tuple[tuple[str, float], ...] = (
 
 def flops_per_token(model: GPT2LMHeadModel) -> int:
     """Training FLOPs (forward + backward) of one token at the model's full context length."""
+    # 6 N + 12 L H Q T: N the matmul parameters (all but the position embedding; the tied
+    # token embedding once, as the output projection), L layers, H heads, Q head width
     c = model.config
     n = sum(p.numel() for p in model.parameters()) - model.transformer.wpe.weight.numel()
     return 6 * n + 12 * c.n_layer * c.n_head * (c.n_embd // c.n_head) * c.n_positions
@@ -93,15 +87,9 @@ def _tokens(batch: dict[str, torch.Tensor]) -> int:
 
 
 class PerfMonitor(ThroughputMonitor):
-    """Lightning's ``ThroughputMonitor`` logging ``perf/tokens_per_s``, ``perf/samples_per_s``
-    and ``perf/mfu`` with ``tokens_seen`` and ``step`` at every log step, each over the last
-    ``log_every_n_steps`` steps (validation time excluded, as Lightning does; checkpoint and
-    probe time included). The module supplies ``flops_per_batch``.
-
-    Beside them, ``perf/wall_seconds``: wall-clock seconds since training started, with
-    everything in them (validation, checkpoints, probes), once more when training ends, and
-    carried across resumes in the checkpoint, so the share of a run spent in probes is
-    ``perf/probe_seconds/*`` over it, read from the logs alone."""
+    """Lightning's ``ThroughputMonitor`` logging ``perf/tokens_per_s``, ``perf/samples_per_s`` and
+    ``perf/mfu`` at each log step, and ``perf/wall_seconds`` carried across resumes, so the share of a
+    run spent in probes is read from the logs alone (the module supplies ``flops_per_batch``)."""
 
     def __init__(self) -> None:
         require("lightning", LIGHTNING, _WHY)
@@ -157,9 +145,7 @@ class PerfMonitor(ThroughputMonitor):
 
 
 def is_log_step(trainer) -> bool:
-    """Whether this training step writes logs, by Lightning's rule (its logger connector's
-    ``should_update_logs``) from public attributes: every ``log_every_n_steps`` optimizer
-    steps, and when training stops. Called from ``on_train_batch_end``, after the optimizer
-    step, so ``global_step`` already counts this one."""
+    """Whether this step writes logs, by Lightning's rule (its logger connector's ``should_update_logs``)
+    from public attributes; called after the optimizer step, so ``global_step`` counts this one."""
     n = trainer.log_every_n_steps
     return bool(n) and (trainer.global_step % n == 0 or trainer.should_stop)
