@@ -9,7 +9,7 @@ runs it, on ``configs/gpt2-355m.yaml`` (bf16-mixed, torch.compile):
    420-checkpoint series at that cost), the final loss and validation perplexity;
 2. its last checkpoint exported (``bytecanary export``) and probed again from the HF folder
    (``bytecanary probe`` in the dtype the training-time probes computed in), with the largest
-   difference to the training-time probe metrics over the smooth ones (``keys.smooth``: no
+   difference to the training-time probe metrics over the smooth ones (``display.smooth``: no
    argmax enters them), and how many greedy metrics moved (a near tie flips with the process,
    threads and kernels, so those are reported, not held to a bound);
 3. with two or more GPUs, the run's checkpoints probed by ``bytecanary probe`` as one process
@@ -64,7 +64,7 @@ from gpu_budget import BUDGET, ROOT, command
 from gpu_compare import StepFailed, close, compare_records, ok
 from gpu_plan import PRESET, PROFILE, SMOKE_DATA, Plan, gpu_plan, smoke_plan
 
-from bytecanary import keys
+from bytecanary import display, keys
 from bytecanary.io import read_json, read_jsonl
 from bytecanary.train.throughput import peak_flops
 
@@ -215,8 +215,8 @@ def export_and_probe(trained: dict[str, Any], work: Path) -> dict[str, Any]:
     for name, record in cli.items():
         now, then = ok(record)["metrics"], ok(during[name])["metrics"]
         shared = now.keys() & then.keys()
-        diff[name] = max((abs(now[k] - then[k]) for k in shared if keys.smooth(k)), default=math.nan)
-        moved[name] = sum(not close(now[k], then[k]) for k in shared if not keys.smooth(k))
+        diff[name] = max((abs(now[k] - then[k]) for k in shared if display.smooth(k)), default=math.nan)
+        moved[name] = sum(not close(now[k], then[k]) for k in shared if not display.smooth(k))
     return {
         "export_seconds": export_s,
         "probe_command_seconds": probe_s,

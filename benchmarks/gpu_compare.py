@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bytecanary import keys
+from bytecanary import display
 
 AGREE = 1e-4  # relative: how far another launch's smooth metrics may be from one process's
 # absolute: probability masses are summed in float32, whose rounding differs with the thread
@@ -37,7 +37,7 @@ def compare_records(one: list[dict[str, Any]], two: list[dict[str, Any]]) -> dic
     differ = [
         (
             f"{pair[1]} at {Path(pair[0]).name}: {key}",
-            keys.smooth(key) or key not in a[pair].keys() & b[pair].keys(),
+            display.smooth(key) or key not in a[pair].keys() & b[pair].keys(),
         )
         for pair in sorted(a.keys() & b.keys(), key=str)
         for key in sorted(a[pair].keys() | b[pair].keys())

@@ -19,8 +19,8 @@ import torch
 from probe_throughput import matmul_flops, random_model, work_flops
 from transformers import AutoTokenizer
 
-from bytecanary import keys
 from bytecanary.checkpoints import load_gpt2
+from bytecanary.probes import utf8_keys
 from bytecanary.probes.registry import NO_CONTEXT
 from bytecanary.probes.specs import get_probe
 
@@ -28,12 +28,12 @@ from bytecanary.probes.specs import get_probe
 SHARES = {"strict", "partial", "soft", "gold_win_rate", "term_match", "acc", "acc_norm"}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 HEADLINE = [
-    keys.level0("all", "all", "strict"),
-    keys.level0("all", "all", "partial"),
-    keys.level0("all", "all", "gold_win_rate"),
-    keys.level1("all", "strict"),
-    keys.level1("all", "partial"),
-    keys.level1("all", "gold_win_rate"),
+    utf8_keys.level0("all", "all", "strict"),
+    utf8_keys.level0("all", "all", "partial"),
+    utf8_keys.level0("all", "all", "gold_win_rate"),
+    utf8_keys.level1("all", "strict"),
+    utf8_keys.level1("all", "partial"),
+    utf8_keys.level1("all", "gold_win_rate"),
 ]
 
 

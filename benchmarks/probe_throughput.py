@@ -100,10 +100,9 @@ def run_suite(model: str, data: str, config: str) -> dict:
     fire), and how many of the config's planned checkpoints its cadence fires at."""
     from bytecanary.config import read_yaml
     from bytecanary.probes.pipeline import Pipeline
-    from bytecanary.probes.runner import probe_specs
     from bytecanary.probes.specs import build_probes
     from bytecanary.train.checkpointing import ScheduledCheckpoint
-    from bytecanary.train.cli import RunConfig
+    from bytecanary.train.cli import RunConfig, probes_in
 
     doc = read_yaml(config)
     run = RunConfig(
@@ -115,7 +114,7 @@ def run_suite(model: str, data: str, config: str) -> dict:
     ).scheduled_steps(steps)
     net, tokenizer = random_model(model, data)
     rows = []
-    probes = build_probes(probe_specs(config, None), config)
+    probes = build_probes([spec.spec for spec in probes_in(config)], config)
     pipeline = Pipeline(probes, os.devnull, source=config)
     for index, probe in enumerate(probes):
         prepared = pipeline.prepare(index, tokenizer, Path(data))

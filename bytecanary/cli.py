@@ -1,29 +1,26 @@
-"""The ``bytecanary`` command: one subcommand per function below (litgpt style).
-
-Each function's typed signature is its schema and its docstring its ``--help``, read by
-jsonargparse as ``bytecanary train``'s LightningCLI reads its config: one flag style,
-``--out FILE``, ``--trial=true``, ``--series.interval=5`` for a nested group, and the default
-written in the signature is the flag's only default. Heavy libraries (torch, lightning) load
-inside the functions, so ``bytecanary --help`` stays fast. With ``bytecanary/demo.py`` this
-is the face of the project: the only code that imports ``train`` and the report room.
-"""
+"""The ``bytecanary`` command: one jsonargparse subcommand per typed function below, its
+docstring its ``--help``; the face, the only importer of ``train`` and the report room, each
+lazily so ``bytecanary --help`` stays fast."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from docstring_parser import parse as parse_docstring
-from jsonargparse import ArgumentError, ArgumentParser
+from jsonargparse import ArgumentError, ArgumentParser, Namespace
 
-from bytecanary.config import flag_names, parse_error
+from bytecanary.config import config_file, flag_names, parse_error, typed
+from bytecanary.data.config import DataConfig
 from bytecanary.data.parallel import Parallel
 from bytecanary.errors import BytecanaryError
-from bytecanary.flags import arguments, command_parser, modernize
 from bytecanary.probe_options import ProbeOptions
 from bytecanary.settling import Tolerance
 
@@ -32,15 +29,15 @@ DESCRIPTION = (
 )
 
 
-def prepare(*, config: str, out: str | None = None, verify: bool = False, work: Parallel) -> int:
+def prepare(*, data: DataConfig, out: str | None = None, verify: bool = False, work: Parallel) -> int:
     """Corpus -> tokenizer -> token shards -> character snapshot -> eval sets.
 
-    Every stage is skipped when its output matches its inputs, so a rerun is a no-op; a killed
-    run resumes at the corpus files or chunks it had not finished.
+    A stage whose output matches its inputs is skipped, so a killed run resumes where it stopped.
 
     Args:
-        config: data config, e.g. configs/data/default.yaml
-        out: output folder (unset: data/<config name>)
+        data: the data config: --config FILE (e.g. configs/data/default.yaml), then any of its
+            fields as flags (--tokenizer.vocab_size=4096)
+        out: output folder (unset: data/<name>)
         verify: also check every token shard against the hash in shards/index.json
         work: how the parallel stages run
     """
@@ -48,7 +45,7 @@ def prepare(*, config: str, out: str | None = None, verify: bool = False, work: 
     from bytecanary.data.prepare import prepare as prepare_data
 
     try:
-        prepare_data(config, out, verify=verify, run=work)
+        prepare_data(data, out, verify=verify, run=work)
     except Submitted as submitted:
         print(submitted)
     return 0
@@ -91,27 +88,29 @@ def _set_threads(threads: int | None) -> None:
     torch.set_num_threads(threads)
 
 
-def probe_names(probes: str | None) -> list[str] | None:
-    """The names ``--probes`` lists (None: unset); an empty one (``--probes ,``) is refused,
-    as it would otherwise leave the default probes to run unasked."""
-    if probes is None:
-        return None
-    names = [name.strip() for name in probes.split(",")]
-    if not all(names):
-        raise BytecanaryError(
-            f"--probes: {probes!r} holds an empty probe name; give comma-separated names, e.g. level0,level1"
-        )
-    return names
+def chosen_probes(options: ProbeOptions) -> list[dict[str, Any]]:
+    """The specs of the probes to run: the entries of ``--config``'s ``probes:`` list that
+    ``--probes`` names (all of them when unset); without a config, ``--probes`` or the probes
+    that run by default."""
+    from bytecanary.probes.specs import default_specs
+
+    if options.config is None:
+        return [spec.spec for spec in options.probes or default_specs()]
+    from bytecanary.train.cli import probes_in
+
+    listed = probes_in(options.config)
+    names = None if options.probes is None else [spec.name for spec in options.probes]
+    chosen = [spec.spec for spec in listed if names is None or spec.name in names]
+    missing = sorted(set(names or []) - {spec["name"] for spec in chosen})
+    if missing:
+        raise BytecanaryError(f"{options.config}: probes: no entry for {', '.join(missing)}")
+    return chosen
 
 
 def probe(paths: list[str], *, options: ProbeOptions) -> int:
     """Attach probes to existing checkpoints.
-
-    Pairs of (checkpoint, probe) already in --out are skipped, so a rerun after a crash only
-    does what is missing. Several workers (torchrun --nproc-per-node N -m bytecanary.cli probe,
-    srun bytecanary probe, array jobs) share a series: each claims a pair before computing it.
-    Prints a table per probe (on a training run's folder, with the ratios to its perplexity that
-    bytecanary report states) and writes an offline W&B run (the first rank's).
+    Pairs already in --out are skipped, so a rerun does only what is missing; several workers
+    (torchrun, srun, array jobs) may share a series, each printing a table per probe.
 
     Args:
         paths: .safetensors/.ckpt checkpoints, HF model folders, (run) folders of checkpoints, or model ids
@@ -119,16 +118,16 @@ def probe(paths: list[str], *, options: ProbeOptions) -> int:
     """
     if not paths and not options.watch:
         raise BytecanaryError("probe: give at least one PATH or --watch DIR")
-    names = probe_names(options.probes)
+    options.check()
     from bytecanary.probes.registry import load_probes
-    from bytecanary.probes.runner import probe_specs, run, training_run
-    from bytecanary.report.summary import add_mcqa_series, summary
+    from bytecanary.probes.runner import run, training_run
+    from bytecanary.report.summary import add_series, summary
     from bytecanary.report.writer import probe_ratio_lines
 
     load_probes()
     _set_threads(options.threads)
-    code = run(paths, probe_specs(options.config, names), options, finish=add_mcqa_series)
-    training = training_run(paths, options.watch, options.revisions)
+    code = run(paths, chosen_probes(options), options, finish=add_series)
+    training = training_run(paths, options.watch, options.revision)
     out = Path(options.out)
     ratios = probe_ratio_lines(training, out) if training else []
     print("\n".join([summary(out), *ratios, f"records: {out}"]))
@@ -171,10 +170,9 @@ def report(
     tokens_per_step: int | None = None,
     out: str | None = None,
 ) -> int:
-    """Convergence analysis, figures and tables into report/ beside one run's records; of
-    several runs, one comparison (compare.png, compare.md).
-
-    Perplexity is the run's val/ppl (metrics.jsonl), else the ppl probe's held-out one.
+    """Convergence analysis, figures and tables into report/ beside one run's records.
+    Of several runs, one comparison (compare.png, compare.md). Perplexity is the run's val/ppl
+    (metrics.jsonl), else the ppl probe's held-out one.
 
     Args:
         paths: a training run folder (metrics.jsonl, probes.jsonl), a records file (bytecanary
@@ -210,33 +208,81 @@ COMMANDS: dict[str, Callable[..., int]] = {
 }
 
 
-def _parse(argv: list[str]) -> tuple[Callable[..., int], dict[str, Any]]:
-    """The subcommand ``argv`` names and its keyword arguments; old spellings noted on stderr."""
-    command = COMMANDS.get(argv[0]) if argv else None
-    if command is None:  # --help, no command or an unknown one: the top parser answers
-        build_parser().parse_args(argv)  # exits on --help, else refuses the argv
-        raise ArgumentError(None, f"give a command: {', '.join(COMMANDS)}")
-    parser, flags = command_parser(command)
-    parser.prog = f"bytecanary {argv[0]}"
-    args, notes = modernize(argv[1:], flags)
-    for note in notes:
-        print(note, file=sys.stderr)
-    try:
-        values = parser.parse_args(args)
-    except ArgumentError as err:  # worded here, where the parser's flags are known
-        raise ArgumentError(None, parse_error(str(err), flag_names(parser))) from None
-    return command, arguments(command, parser, values)
+# subcommands whose --config FILE holds the fields of their dataclass parameter
+CONFIG_FILES: dict[str, type] = {"prepare": DataConfig}
 
 
-def build_parser() -> ArgumentParser:
+def command_parser(func: Callable[..., int]) -> ArgumentParser:
+    """``func``'s parser, jsonargparse's from its signature and docstring: a positional list
+    takes any number of words, a dataclass keyword gives its fields as flags (``--out``,
+    ``--series.interval``), any other keyword a flag."""
+    doc = parse_docstring(func.__doc__ or "")
+    description = "\n\n".join(d for d in (doc.short_description, doc.long_description) if d)
+    parser = ArgumentParser(
+        prog=f"bytecanary {func.__name__}", description=description, exit_on_error=False, allow_abbrev=False
+    )
+    hints = typing.get_type_hints(func)
+    params = inspect.signature(func).parameters
+    words = [
+        n
+        for n, p in params.items()
+        if p.kind is p.POSITIONAL_OR_KEYWORD and typing.get_origin(hints[n]) is list
+    ]
+    groups = [name for name in params if dataclasses.is_dataclass(hints[name])]
+    parser.add_function_arguments(func, as_positional=True, skip={*words, *groups})
+    helps = {p.arg_name: p.description for p in doc.params}
+    for name in words:
+        parser.add_argument(name, nargs="*", default=[], metavar=name.upper(), help=helps[name])
+    for name in groups:
+        parser.add_class_arguments(hints[name])
+    if func.__name__ in CONFIG_FILES:
+        cls = CONFIG_FILES[func.__name__]
+        about = f"a YAML file of {cls.__name__}'s fields (flags after it override them)"
+        parser.add_argument("--config", action=config_file(cls), help=about)
+    return parser
+
+
+def arguments(func: Callable[..., int], values: Namespace) -> dict[str, Any]:
+    """``func``'s keyword arguments from its parsed flags: a dataclass parameter is built from its
+    fields by ``config.typed``, so its own checks name the field (and the config file read)."""
+    hints = typing.get_type_hints(func)
+    plain = values.as_dict()
+    where = str(plain.get("config") or func.__name__) if func.__name__ in CONFIG_FILES else func.__name__
+    kwargs = {}
+    for name in inspect.signature(func).parameters:
+        cls = hints[name]
+        if dataclasses.is_dataclass(cls):
+            kwargs[name] = typed(
+                cls, {f.name: plain[f.name] for f in dataclasses.fields(cls) if f.init}, where
+            )
+        else:
+            kwargs[name] = plain[name]
+    return kwargs
+
+
+def build_parser() -> tuple[ArgumentParser, dict[str, ArgumentParser]]:
+    """The ``bytecanary`` parser, and each subcommand's."""
     parser = ArgumentParser(
         prog="bytecanary", description=DESCRIPTION, exit_on_error=False, allow_abbrev=False
     )
     subcommands = parser.add_subcommands(metavar="COMMAND", dest="command")
+    parsers = {name: command_parser(func) for name, func in COMMANDS.items()}
     for name, func in COMMANDS.items():
         summary = parse_docstring(func.__doc__ or "").short_description
-        subcommands.add_subcommand(name, command_parser(func)[0], help=summary)
-    return parser
+        subcommands.add_subcommand(name, parsers[name], help=summary)
+    return parser, parsers
+
+
+def _parse(argv: list[str]) -> tuple[Callable[..., int], dict[str, Any]]:
+    """The subcommand ``argv`` names and its keyword arguments."""
+    parser, parsers = build_parser()
+    try:
+        values = parser.parse_args(argv)
+    except ArgumentError as err:  # worded here, where the subcommand's flags are known
+        flags = flag_names(parsers[argv[0]]) if argv and argv[0] in parsers else ()
+        raise ArgumentError(None, parse_error(str(err), flags)) from None
+    name = values.command
+    return COMMANDS[name], arguments(COMMANDS[name], values[name])
 
 
 def describe(err: BaseException) -> str:
@@ -269,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         try:
             command, kwargs = _parse(argv)
-        except ArgumentError as err:  # one line, like every other error
+        except (ArgumentError, BytecanaryError) as err:  # one line, like every other error
             print(f"error: {parse_error(str(err))}", file=sys.stderr)
             return 2
     try:

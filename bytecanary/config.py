@@ -1,18 +1,10 @@
-"""Typed configs: dataclasses are the schema, jsonargparse the one reader, errors one line.
-
-``typed(Cls, data, where)`` reads plain data (from YAML) into nested dataclasses, rejecting
-unknown keys, wrong types and (through each class's ``__post_init__``) bad values with one
-line such as ``configs/data/x.yaml: tokenizer.vocab_size: expected int, got 'big'``. The
-data config, every probe spec (training's ``probes:`` entries and ``bytecanary probe``'s
-alike) and cadence go through it. It takes YAML's scalars as they are: a quoted ``"2023"``
-stays a string, where jsonargparse would read it again as YAML (a number, ``"null"`` a
-null) and change what a stage hashes; types it does not know go to jsonargparse, which
-reads the training config (LightningCLI) and every subcommand's flags. ``parse_error``
-words jsonargparse's errors as one line.
-"""
+"""Typed configs: dataclasses are the schema, ``read_yaml`` the one reader of YAML files,
+``typed`` the one builder of dataclasses from what YAML holds (its scalars as written: a quoted
+``"2023"`` stays a string), and ``parse_error`` the one translator of jsonargparse's errors."""
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import difflib
@@ -25,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from jsonargparse import ArgumentError, ArgumentParser
+from jsonargparse import ArgumentError, ArgumentParser, Namespace
 
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_text
@@ -125,6 +117,35 @@ def load_config(cls: type[T], path: str | Path) -> T:
     """Read ``path`` (YAML) into dataclass ``cls``."""
     raw = read_yaml(path)
     return typed(cls, raw if raw is not None else {}, str(path))
+
+
+def _as_flags(cls: type, value: Any) -> Namespace:
+    """A dataclass instance as jsonargparse holds ``cls``'s fields: a nested dataclass field
+    (a group of flags, ``tokenizer.vocab_size``) as a Namespace, any other value as it is."""
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cls)
+    return Namespace(
+        **{
+            f.name: _as_flags(hints[f.name], getattr(value, f.name))
+            if dataclasses.is_dataclass(hints[f.name])
+            else getattr(value, f.name)
+            for f in fields
+        }
+    )
+
+
+def config_file(cls: type) -> type[argparse.Action]:
+    """A ``--config FILE`` action for a parser of ``cls``'s fields: the file read by
+    ``load_config`` (scalars as written; errors naming file and field), its values then held as
+    given flags, so flags after it override them."""
+
+    class ConfigFile(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None) -> None:
+            for key, value in vars(_as_flags(cls, load_config(cls, values))).items():
+                namespace[key] = value
+            namespace[self.dest] = values
+
+    return ConfigFile
 
 
 def typed(cls: type[T], data: Any, where: str = "config") -> T:
@@ -272,5 +293,9 @@ def _dataclass(cls: Any, value: Any, field: str) -> Any:
             raise _FieldError(_join(field, name), "missing required key")
     try:
         return cls(**kwargs)
-    except (ValueError, TypeError) as err:  # the class's own checks
+    # the class's own checks, worded ``field: problem`` where one field is at fault
+    except (ValueError, TypeError) as err:
+        name, colon, problem = str(err).partition(": ")
+        if colon and name in fields:
+            raise _FieldError(_join(field, name), problem) from None
         raise _FieldError(field, str(err)) from None

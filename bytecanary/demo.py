@@ -1,14 +1,6 @@
-"""``bytecanary demo``: the default, end to end, on 2 CPU cores.
-
-Prepares the default data (LibreOffice's help pages from Debian, or, where apt cannot
-fetch them, the synthetic wordfreq corpus; 8K byte-fallback tokenizer, shards, eval sets),
-trains the tiny GPT-2 with checkpoints on a log-spaced + regular schedule, fires the
-Level 0, Level 1 and MCQA probes at checkpoints (the generated MCQA answers log-spaced),
-logs to an offline W&B run, writes the convergence report (``bytecanary report``), then
-prints perplexity, the probe tables, the corpus it trained on, what converged, the share
-of the run spent in probes and where the report and the W&B run are. A rerun continues
-the same run (or only reports, when it is complete). Its defaults live in
-``bytecanary.cli.demo``.
+"""``bytecanary demo``: the default pipeline end to end on 2 CPU cores (docs/demo.md): prepare,
+train the tiny GPT-2, probe its checkpoints, log offline to W&B and report; a rerun continues
+the same run. Its defaults live in ``bytecanary.cli.demo``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """W&B conventions shared by training and the probes: offline unless it can be online,
-``tokens_seen`` as every chart's x-axis, a workspace a researcher can read, and a clean
-finish that flushes the run.
-
-A probe writes hundreds of keys per checkpoint (language x tier x prefix length x metric).
-W&B draws one auto-panel per scalar key, so only the headline keys (``is_headline``) are
-logged as scalars; the rest become rows of one growing ``wandb.Table`` per probe,
-``detail/<probe>``, which W&B can filter and plot. ``probes.jsonl`` keeps every number.
-The keys themselves, and which way each metric is better, are ``bytecanary.keys``'s; what
-this module decides is only how they are shown.
-
-A training run's W&B run is found from its folder (``RunWandb``): a ``bytecanary probe`` beside
-it (a sidecar) logs to a run of its own in the training run's project and group, named
-``<run>-probes``, into the same ``RUN/wandb``; ``bytecanary report`` logs the records the
-training run's history lacks into the training run itself, once each (``records_to_merge``).
+``tokens_seen`` as every chart's x-axis, only headline keys as scalars (the rest in one
+``detail/<probe>`` table each) so the workspace stays readable (docs/report-and-wandb.md).
 """
 
 from __future__ import annotations
@@ -29,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from bytecanary import keys, records
+from bytecanary import display, keys, records
 from bytecanary.config import read_yaml
 from bytecanary.display import display_of
 from bytecanary.errors import BytecanaryError
@@ -80,7 +68,7 @@ def detail_columns(probe: str) -> tuple[str, ...]:
 
 def detail_fields(key: str) -> tuple[str, ...]:
     """(fields..., metric) of a probe key, ``all`` where a key aggregates over a field:
-    ``probe/level0/ja/rare/k1/strict`` -> ("ja", "rare", "k1", "strict")."""
+    ``probe/toy/ja/k1/logprob`` -> ("ja", "k1", "logprob")."""
     k = keys.read(key)
     assert k is not None, key
     shown = display_of(k.probe)
@@ -169,7 +157,7 @@ class WandbView:
 
     def _define(self, run: Any, scalars: dict[str, Any]) -> None:
         for key in scalars.keys() - self._defined:
-            best = keys.higher_is_better(key)
+            best = display.higher_is_better(key)
             summary = {True: "max", False: "min"}.get(best)  # type: ignore[call-overload]
             run.define_metric(key, step_metric=self.axis, **({"summary": summary} if summary else {}))
             self._defined.add(key)
@@ -229,10 +217,10 @@ class ViewedRun:
 
 
 class LaterRun:
-    """A run that ``start()`` begins at its first use (``log``, ``summary``, ...): a sidecar
-    may start before its training has written the ``config.yaml`` whose project and group its
-    run joins, and the first use comes only once a checkpoint is probed. ``started``: whether
-    it was used."""
+    """A run that ``start()`` begins at its first use (``log``, ``summary``, ...): a sidecar may start
+    before its training wrote the ``config.yaml`` whose project and group its run joins.
+    ``started``: whether it was used.
+    """
 
     def __init__(self, start: Any) -> None:
         self._start, self._run = start, None
@@ -303,9 +291,9 @@ def finish_wandb(everything: str | Path | None = None) -> str | None:
 @dataclass(frozen=True)
 class RunWandb:
     """Where the W&B run of the training run in ``folder`` is, as its logger set it up
-    (``train.loggers.make_wandb_logger``): ``run.wandb_project``, the group ``run.experiment``
-    or the run name, the run name, ``run.wandb_detail``, and the id kept in ``RUN/wandb_id``
-    (None: training logged no W&B run, or has not started)."""
+    (``train.loggers.make_wandb_logger``): project, group, name, detail and the id in ``RUN/wandb_id``
+    (None: training logged no W&B run, or has not started).
+    """
 
     folder: Path
     project: str
@@ -333,10 +321,10 @@ class RunWandb:
         )
 
     def sidecar(self) -> dict[str, Any]:
-        """``wandb.init`` arguments of a ``bytecanary probe`` run beside this training run: its
-        project and group, named ``<run>-probes``, its files in ``RUN/wandb`` beside the
-        training run's. The id is new per launch (two sidecars never write one run) and ends
-        in ``SIDECAR``, so a report never takes it for the training run's."""
+        """``wandb.init`` arguments of a ``bytecanary probe`` run beside this training run (its project and
+        group, ``<run>-probes``, in ``RUN/wandb``); the id is new per launch so two sidecars never share a
+        run, and ends in ``SIDECAR`` so a report never takes it for the training run's.
+        """
         return {
             "project": self.project,
             "group": self.group,
@@ -348,12 +336,10 @@ class RunWandb:
 
 
 def records_to_merge(folder: str | Path, run_id: str) -> tuple[list[Record], list[Identity]]:
-    """The rows ``bytecanary report`` logs into the training run ``run_id`` of ``folder``, and
-    the identities to mark logged once they are (``mark_merged``). The rows are the records of
-    ``RUN/probes.jsonl`` its history lacks: written by ``bytecanary probe`` (a ``worker``; the
-    training callback logged its own live), not logged by an earlier report (``RUN/wandb/
-    merged_records.json``), not at a (probe, tokens_seen) the callback logged, merged as the
-    report merges them (``records.merge``), in ``tokens_seen`` order."""
+    """The rows of ``RUN/probes.jsonl`` that ``bytecanary report`` logs into training run ``run_id`` (those
+    its history lacks, merged as the report merges them, in ``tokens_seen`` order), and the identities
+    to ``mark_merged`` once logged, so each record reaches W&B once (docs/report-and-wandb.md).
+    """
     folder = Path(folder)
     ok = [r for r in records.read(folder / "probes.jsonl") if r.ok and r.tokens_seen is not None]
     live = {(r.probe, r.tokens_seen) for r in ok if r.worker is None}

@@ -1,31 +1,6 @@
-"""Fire the configured probes at the checkpoints of a training run.
-
-Subclassing ``Checkpoint`` makes Lightning run this after ``ModelCheckpoint`` in the same
-hook, so the weights file of the step (``ScheduledCheckpoint.weights_path``) exists: the
-probes read that file into a probe model of their own (on the training device, in bf16 on
-CUDA and fp32 elsewhere unless ``dtype`` says, built once and reloaded in place), so
-``probes.jsonl`` holds what ``bytecanary probe`` gives on the same file later, and
-FSDP-sharded or compiled training modules need nothing special. Fires between checkpoints
-(``every_tokens``) probe the live module, in eval mode under ``no_grad``, restored after; a
-sharding strategy (FSDP, DeepSpeed, model parallel) leaves no whole live module, so those
-fires are refused. Every fire goes through ``Pipeline``, as ``bytecanary probe`` does: under
-DDP every rank probes its share of the samples, and rank 0 aggregates the shares, so the
-metrics equal a single-process run. Results are logged to every logger with ``tokens_seen``
-(W&B plots them beside ``val/ppl``) and appended to ``probes.jsonl`` next to the
-checkpoints, with each probe's version and fingerprint. A probe fires at every checkpoint,
-or at those its ``cadence`` picks from the planned schedule (``bytecanary.probes.cadence``):
-every Nth, or log-spaced in tokens.
-
-Every probe is prepared (eval sets found, tasks loaded) before the first training step,
-so a misconfigured probe is one error line and nothing trains. A step's probes fire after
-its validation (if it has one) is logged. At every (re)start the run's
-existing checkpoints that lack a record of some probe (the run was killed during its
-probes, or a probe was added) are probed from their files, so restarts converge to a
-complete records file; with the run's ``metrics`` log, the records it lacks the cells of (a
-kill between a record and its row, rows cut back to the resumed step) are logged again, so
-it converges too. Later, a probe that raises is recorded as failed and training goes on,
-unless ``strict``.
-"""
+"""Fire the configured probes at a training run's checkpoints, on the weights file just written,
+or between them on the live module, through the same ``Pipeline`` as ``bytecanary probe``; its
+inputs are checked before the first step (docs/training.md, docs/faults.md)."""
 
 from __future__ import annotations
 
@@ -87,7 +62,7 @@ class ProbeCallback(Checkpoint):
             metrics: the run's metrics log (``JsonlLogger``'s file): at training start, the
                 records it lacks the cells of are logged again (None: never looked at).
         """
-        self.probes = build_probes([p.spec if isinstance(p, ProbeSpec) else p for p in probes], source)
+        self.probes = build_probes(probes, source)
         self.every_tokens, self.strict, self.out, self.source = every_tokens, strict, out, source
         self.dtype = dtype
         self.metrics = Path(metrics) if metrics is not None else None
@@ -108,10 +83,12 @@ class ProbeCallback(Checkpoint):
         self._steps: list[set[int] | None] = [None] * len(self.probes)  # per probe: its steps (None: all)
 
     def prepare(self, tokenizer_dir: str | Path, data_dir: str | Path) -> None:
-        """Load the tokenizer and prepare every probe (``Inputs``), before the first step; a
-        missing or empty eval set or task is one ``BytecanaryError`` naming the probe."""
+        """Check every probe's inputs on ``data_dir`` and prepare its samples (``Inputs``, which
+        the pipeline checks through), before the first step; a missing or empty eval set or
+        task is one ``BytecanaryError`` naming the probe."""
         self._tokenizer, self._data_dir = Loader("cpu").tokenizer(tokenizer_dir), Path(data_dir)
         self._inputs = Inputs(self.probes, self.source)
+        self._inputs.check(self._data_dir)
         for index in range(len(self.probes)):
             self._inputs.prepare(index, self._tokenizer, self._data_dir)
 

@@ -1,9 +1,5 @@
-"""What a probe reads before any model runs: its inputs checked, its samples prepared, its
-fingerprint taken, each once per probe and data folder (and tokenizer, dtype).
-
-Training's callback fills an ``Inputs`` before the first step, so a bad eval set stops the
-run before it trains; the ``Pipeline`` built at fit start reads the same one.
-"""
+"""The validation stage: a probe's inputs checked and fingerprinted once per data folder, its
+samples prepared once per tokenizer, before any model runs."""
 
 from __future__ import annotations
 
@@ -17,62 +13,65 @@ from bytecanary.probes.registry import Probe
 from bytecanary.probes.specs import spec_where
 
 
-def check_inputs(probe: Probe, data_dir: Path | None, where: str) -> None:
-    """The validation stage: ``probe.validate`` on ``data_dir``, once per probe and data folder,
-    before any model loads, for the training callback and ``bytecanary probe`` alike; its
-    one-line error is put after ``where`` (the spec's source and the probe)."""
-    key = _key(data_dir)
-    checked = probe.__dict__.setdefault("checked", set())  # data folders already read; clones share it
-    if key in checked:
-        return
-    try:
-        probe.validate(data_dir)
-    except BytecanaryError as err:
-        raise BytecanaryError(f"{where}: {err}") from None
-    checked.add(key)
-
-
 def _key(path: str | Path | None) -> str:
     return str(Path(path).resolve()) if path is not None else "-"
 
 
 class Inputs:
-    """The probes' prepared samples and fingerprints, cached; a missing, unreadable or empty
-    eval set is one ``BytecanaryError`` naming the spec's ``source`` and the probe."""
+    """The probes' checked data folders, prepared samples and fingerprints: what the training
+    callback fills before its first step and hands its ``Pipeline``. A missing, unreadable or
+    empty eval set is one ``BytecanaryError`` naming the spec's ``source`` and the probe."""
 
-    def __init__(self, probes: list[Probe], source: str | Path | None = None) -> None:
-        self.probes, self.source = probes, source
+    def __init__(self, probes: list[Probe], source: str | Path | None = None, dtype: str = "float32") -> None:
+        self.probes, self.source, self.dtype = probes, source, dtype
+        self._checked: set[str] = set()
         self._prepared: dict[tuple[int, str, str, str | None], Any] = {}
         self._fingerprints: dict[tuple[int, str, str], str] = {}
 
     def where(self, probe: Probe) -> str:
         return spec_where(self.source, probe.name)
 
+    def check(self, data_dir: Path | None) -> None:
+        """Validate every probe's inputs on ``data_dir`` and fingerprint them (in ``dtype``),
+        once per data folder: bad inputs fail before any model loads."""
+        folder = _key(data_dir)
+        if folder in self._checked:
+            return
+        for probe in self.probes:
+            with self._named(probe):
+                probe.validate(data_dir)
+        for index in range(len(self.probes)):
+            self._fingerprint(index, data_dir, self.dtype)
+        self._checked.add(folder)
+
     def prepare(self, index: int, tokenizer: Any, data_dir: Path | None, revision: str | None = None):
-        """The prepared samples of probe ``index``; a missing, unreadable or empty eval set is
-        one ``BytecanaryError`` naming the source and the probe."""
+        """The prepared samples of probe ``index`` for ``tokenizer``, on a checked ``data_dir``;
+        an eval set without samples is an error."""
         key = (index, _key(data_dir), _key(tokenizer.name_or_path), revision)
         if key not in self._prepared:
+            self.check(data_dir)
             probe = self.probes[index]
-            check_inputs(probe, data_dir, self.where(probe))
             with self._named(probe):
                 prepared = probe.prepare(tokenizer, data_dir)
             samples = getattr(prepared, "samples", prepared)  # the UTF-8 probes' Prepared, or a list
             if isinstance(samples, Sized) and len(samples) == 0:
                 where = self.where(probe)
                 raise BytecanaryError(f"{where}: the eval set has no samples (data {data_dir})")
-            self.fingerprint(index, data_dir, "float32")  # its eval files read now, not after a model ran
             self._prepared[key] = prepared
         return self._prepared[key]
 
     def fingerprint(self, index: int, data_dir: Path | None, dtype: str) -> str:
-        """Probe ``index``'s fingerprint on ``data_dir``'s eval sets (read once) for a model
-        computing in ``dtype``."""
+        """Probe ``index``'s fingerprint on a checked ``data_dir`` for a model computing in ``dtype``."""
+        self.check(data_dir)
+        return self._fingerprint(index, data_dir, dtype)
+
+    def _fingerprint(self, index: int, data_dir: Path | None, dtype: str) -> str:
+        """The fingerprint, its eval files read once per data folder and dtype."""
         key = (index, _key(data_dir), dtype)
         if key not in self._fingerprints:
             probe = self.probes[index]
             with self._named(probe):
-                self._fingerprints[key] = probe.fingerprint(data_dir, key[2])
+                self._fingerprints[key] = probe.fingerprint(data_dir, dtype)
         return self._fingerprints[key]
 
     @contextlib.contextmanager

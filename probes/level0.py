@@ -1,17 +1,6 @@
 """Level 0: context-free structural validity ("Beyond Perplexity: UTF-8 Validity in
-Byte-aware LMs", arXiv 2606.14122, sections 3.1-3.3).
-
-For each eval character c and each prefix length k = 1..len(c)-1, plus k = len(c) (what
-follows a complete character), the prompt is the first k bytes of c as byte tokens;
-the model continues for ``max_new_tokens``. Reported per language x tier x prefix
-length and aggregated: step scores (partial, strict, soft, partial@t, cumulative, ema),
-Delta_LL and gold win rate, perplexity, validity split by pure-byte vs mixed output, and
-the gap between common and rare characters with its CI (``tier_gaps``).
-Keys: ``keys.level0(lang, tier, metric, k)``, with "all" for the aggregates. Trial mode
-takes M characters per language (fixed seed, spread evenly over tiers); full mode takes
-the whole eval set. A file that mixes languages (the paper's published ones) is grouped by
-each character's script, characters outside ja/ko/zh forming the language ``other``
-(``bytecanary.data.evalsets.load_level0``).
+Byte-aware LMs", arXiv 2606.14122, sections 3.1-3.3): the model continues the first k bytes
+of a character, with no context, so only its grasp of UTF-8 decides (docs/utf8-probes.md).
 """
 
 from __future__ import annotations
@@ -26,7 +15,9 @@ import numpy as np
 from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.data.evalsets import load_level0
-from bytecanary.display import Display, Table
+from bytecanary.data.languages import LANGUAGES
+from bytecanary.display import Display, Judged, RatioCurve, Table
+from bytecanary.probes import utf8_keys
 from bytecanary.probes.registry import register_probe
 from bytecanary.probes.utf8_probe import (
     BYTE_SPACE,
@@ -54,21 +45,74 @@ def headline(k: keys.ProbeKey) -> bool:
 TABLE = Table(
     "Level 0 (context-free validity)",
     (
-        ("partial", keys.level0(metric="partial")),
-        ("strict", keys.level0(metric="strict")),
-        ("p_valid", keys.level0(metric="p_valid")),
-        ("gold win", keys.level0(metric="gold_win_rate")),
-        ("gen ppl", keys.level0(metric="ppl")),
+        ("partial", utf8_keys.level0(metric="partial")),
+        ("strict", utf8_keys.level0(metric="strict")),
+        ("p_valid", utf8_keys.level0(metric="p_valid")),
+        ("gold win", utf8_keys.level0(metric="gold_win_rate")),
+        ("gen ppl", utf8_keys.level0(metric="ppl")),
     ),
-    lambda lang: keys.level0(lang, metric="partial"),
+    lambda lang: utf8_keys.level0(lang, metric="partial"),
+)
+PPL_TABLE = Table(  # greedy validity, then expected validity, by language
+    "Level 0 validity (greedy V, expected p_valid)",
+    (
+        *(
+            (f"V {m} {lang}", utf8_keys.level0(lang, "all", m))
+            for m in ("partial", "strict")
+            for lang in ("all", *LANGUAGES)
+        ),
+        *((f"p_valid {lang}", utf8_keys.level0(lang, "all", "p_valid")) for lang in ("all", *LANGUAGES)),
+        ("p_valid SE all", utf8_keys.level0("all", "all", "p_valid_se")),
+    ),
+)
+# the paper's ratio: greedy validity (V_partial, strict; arXiv:2606.14122 abstract) and expected
+# validity p_valid over all languages and tiers, each judged against perplexity
+VALIDITY = RatioCurve(
+    "validity",
+    "Level 0 validity (all, partial)",
+    note="the paper reports about 2x",
+    label="V partial",
+    panel="Level 0 V partial (all)",
+)
+P_VALID = RatioCurve("p_valid", "Level 0 expected validity (all, p_valid)", panel="Level 0 p_valid (all)")
+JUDGED = (
+    *(
+        Judged(
+            utf8_keys.level0(lang, "all", m),
+            "greedy",
+            utf8_keys.level0(lang, "all", "n"),
+            VALIDITY if (lang, m) == ("all", "partial") else None,
+        )
+        for lang in ("all", *LANGUAGES)
+        for m in ("partial", "strict")
+    ),
+    *(
+        Judged(
+            utf8_keys.level0(lang, "all", "p_valid"),
+            "se",
+            utf8_keys.level0(lang, "all", "p_valid_se"),
+            P_VALID if lang == "all" else None,
+        )
+        for lang in ("all", *LANGUAGES)
+    ),
 )
 
 
-@register_probe("level0")
+@register_probe(utf8_keys.LEVEL0)
 class Level0Probe(Utf8Probe):
     by_default = True
     version = 4
-    display = Display(fields=("language", "tier", "k"), headline=headline, table=TABLE)
+    display = Display(
+        fields=("language", "tier", "k"),
+        headline=headline,
+        table=TABLE,
+        metrics=utf8_keys.METRICS,
+        smooth=utf8_keys.SMOOTH,
+        ppl_table=PPL_TABLE,
+        judged=JUDGED,
+        sections=("bytecanary.probes.utf8_report:TIERS_SECTION",),
+        report_table=False,
+    )
     tier_gap = True
     eval_set_pattern = "level0_*.json"
     read_eval_set = staticmethod(load_level0)
@@ -97,10 +141,10 @@ class Level0Probe(Utf8Probe):
         lang = np.array([s.language for s in samples])
         tier = np.array([s.tier or "none" for s in samples])
         k = np.array([s.k_label for s in samples])
-        yield partial(keys.level0, "all", "all"), np.ones(len(samples), dtype=bool)
+        yield partial(utf8_keys.level0, "all", "all"), np.ones(len(samples), dtype=bool)
         for lg in sorted(set(lang)):
-            yield partial(keys.level0, lg, "all"), lang == lg
+            yield partial(utf8_keys.level0, lg, "all"), lang == lg
             for t in sorted(set(tier[lang == lg])):
-                yield partial(keys.level0, lg, t), (lang == lg) & (tier == t)
+                yield partial(utf8_keys.level0, lg, t), (lang == lg) & (tier == t)
                 for kl in sorted(set(k[(lang == lg) & (tier == t)])):
-                    yield partial(keys.level0, lg, t, k=kl), (lang == lg) & (tier == t) & (k == kl)
+                    yield partial(utf8_keys.level0, lg, t, k=kl), (lang == lg) & (tier == t) & (k == kl)

@@ -1,12 +1,6 @@
 """Level 1: context-guided byte retrieval ("Beyond Perplexity: UTF-8 Validity in
-Byte-aware LMs", arXiv 2606.14122, sections 3.1-3.3).
-
-The prompt is the tokenised sentence before the target character (the last character of
-``sentence_prompt``, i.e. of the term) plus the first k bytes of the character as byte
-tokens (k = 1..len-1); the model must emit exactly the rest, then reach a character
-boundary (Term Match). Reported per language and prefix length: Term Match rate, the
-Level 0 step scores, Delta_LL. Keys: ``keys.level1(lang, metric, k)``, with "all" for
-the aggregate.
+Byte-aware LMs", arXiv 2606.14122, sections 3.1-3.3): after the sentence before a term, the
+model must emit exactly the rest of its last character (Term Match, docs/utf8-probes.md).
 """
 
 from __future__ import annotations
@@ -22,6 +16,7 @@ from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.data.evalsets import load_level1
 from bytecanary.display import Display, Table
+from bytecanary.probes import utf8_keys
 from bytecanary.probes.registry import register_probe
 from bytecanary.probes.utf8_probe import (
     Prepared,
@@ -41,20 +36,27 @@ def headline(k: keys.ProbeKey) -> bool:
 TABLE = Table(
     "Level 1 (context-guided retrieval)",
     (
-        ("term match", keys.level1(metric="term_match")),
-        ("partial", keys.level1(metric="partial")),
-        ("p_valid", keys.level1(metric="p_valid")),
-        ("gold win", keys.level1(metric="gold_win_rate")),
+        ("term match", utf8_keys.level1(metric="term_match")),
+        ("partial", utf8_keys.level1(metric="partial")),
+        ("p_valid", utf8_keys.level1(metric="p_valid")),
+        ("gold win", utf8_keys.level1(metric="gold_win_rate")),
     ),
-    lambda lang: keys.level1(lang, metric="term_match"),
+    lambda lang: utf8_keys.level1(lang, metric="term_match"),
 )
 
 
-@register_probe("level1")
+@register_probe(utf8_keys.LEVEL1)
 class Level1Probe(Utf8Probe):
     by_default = True
     version = 3
-    display = Display(fields=("language", "k"), headline=headline, table=TABLE)
+    display = Display(
+        fields=("language", "k"),
+        headline=headline,
+        table=TABLE,
+        metrics=utf8_keys.METRICS,
+        smooth=utf8_keys.SMOOTH,
+        report_table=False,
+    )
     term_match = True
     eval_set_pattern = "level1*.json"
     read_eval_set = staticmethod(load_level1)
@@ -88,8 +90,8 @@ class Level1Probe(Utf8Probe):
         """All, language, language x k."""
         lang = np.array([s.language for s in samples])
         k = np.array([s.k_label for s in samples])
-        yield partial(keys.level1, "all"), np.ones(len(samples), dtype=bool)
+        yield partial(utf8_keys.level1, "all"), np.ones(len(samples), dtype=bool)
         for lg in sorted(set(lang)):
-            yield partial(keys.level1, lg), lang == lg
+            yield partial(utf8_keys.level1, lg), lang == lg
             for kl in sorted(set(k[lang == lg])):
-                yield partial(keys.level1, lg, k=kl), (lang == lg) & (k == kl)
+                yield partial(utf8_keys.level1, lg, k=kl), (lang == lg) & (k == kl)

@@ -1,14 +1,6 @@
-"""The one path from a checkpoint to a record.
-
-The training callback, ``bytecanary probe``, ``--watch`` and the catch-up at (re)start all
-call ``Pipeline``: load the weights, prepare each probe (cached per probe, tokenizer and data
-folder; every probe before the model runs), compute (under torch.distributed each rank its
-share of the samples), aggregate on rank 0 with the explicit ``Context``, build the
-``Record``, append it under the lock, publish it. One failure policy everywhere: a probe
-that raises is a ``failed`` record and the others go on; ``strict`` makes it fatal. A
-(checkpoint, probe) pair is done when ``bytecanary.records`` holds a successful record of
-its identity, and only ``todo`` and ``measure`` ask.
-"""
+"""The one path from a checkpoint to a record, for training's callback and ``bytecanary probe``
+alike: check each data folder's inputs once, load, prepare, compute (each rank its share),
+aggregate on rank 0, append, publish; a probe that raises is a failed record."""
 
 from __future__ import annotations
 
@@ -88,14 +80,10 @@ def nonfinite(model: Any) -> str | None:
 
 
 class Pipeline:
-    """Probes ``probes`` into the records file ``out``; ``publish`` hears of every record
-    appended (to log it), on rank 0. With ``claims``, it is one of several workers on ``out``
-    and computes only the pairs it holds. ``strict`` names the setting that makes a failing probe
-    fatal (the training config's ``run.probe_strict``), for its error; None: a failure is a
-    record. ``dtype`` is what the loaded models compute in (part of each fingerprint);
-    ``inputs`` what was prepared before the pipeline existed (training's callback). A batch
-    that runs out of memory is tried again at half the size (``batching``), down to 1, and the
-    size that fit is kept for the probe's later checkpoints."""
+    """Probes ``probes`` into the records file ``out``, so training's callback and ``bytecanary probe``
+    share one path; ``publish`` hears of each appended record (rank 0), ``claims`` makes it one of
+    several workers, ``strict`` names the setting that makes a failure fatal (None: a record).
+    """
 
     def __init__(
         self,
@@ -117,13 +105,19 @@ class Pipeline:
         """Per probe index, the batch size that fit after running out of memory at its own."""
         self.attempted: set[tuple[str, int]] = set()
         """(checkpoint key, probe index) of every pair this process measured or failed."""
-        self.inputs = inputs or Inputs(probes, source)
-        """Each probe's checked inputs, prepared samples and fingerprints."""
+        self.inputs = inputs or Inputs(probes, source, self.dtype)
+        """Each probe's checked data folders, prepared samples and fingerprints (training's callback
+        passes those it prepared before the pipeline existed)."""
         self._tally = records.Tally(self.out)
 
     @property
     def worker(self) -> str | None:
         return self.claims.worker if self.claims is not None else None
+
+    def check(self, data_dir: Path | None) -> None:
+        """The validation stage (``Inputs.check``): every probe's inputs on ``data_dir`` validated
+        and fingerprinted, once per data folder, before any model loads."""
+        self.inputs.check(data_dir)
 
     def prepare(self, index: int, tokenizer: Any, data_dir: Path | None, revision: str | None = None):
         """The prepared samples of probe ``index`` (``Inputs.prepare``)."""
@@ -185,10 +179,10 @@ class Pipeline:
         indices: Iterable[int],
         unloadable: Literal["raise", "skip", "fail"] = "raise",
     ) -> list[Record]:
-        """Load ``target`` and measure the probes ``indices`` on it (with claims, only those
-        this worker holds; nothing loads when it holds none). A target that does not load
-        raises; or is skipped with a warning (a file still being written comes again); or
-        gets a failed record per probe, so a series goes on past it."""
+        """Load ``target`` and measure the probes ``indices`` on it (with claims, only those held; nothing
+        loads when none is). A target that does not load raises, is skipped with a warning (a file still
+        being written comes again) or gets a failed record per probe, so a series goes on past it.
+        """
         indices = list(indices)
         pairs = self._pairs(target, indices) if self.claims is not None else None
         if pairs is None:
@@ -229,11 +223,10 @@ class Pipeline:
     def measure(
         self, loaded: Loaded, indices: Iterable[int], context: Context, revision: str | None = None
     ) -> list[Record]:
-        """The probes ``indices`` on a loaded model (every rank its share); returns the
-        records appended (on rank 0; other ranks get none). Non-finite weights fail every
-        probe with a record naming the tensor, rather than measuring argmaxes of NaN. The
-        records' fingerprints hold the dtype the model computes in (a live training module's
-        own, which may differ from the pipeline's)."""
+        """The probes ``indices`` on a loaded model (every rank its share); returns the records appended
+        on rank 0. Non-finite weights fail every probe with a record naming the tensor rather than
+        measuring argmaxes of NaN; fingerprints hold the dtype the model computes in.
+        """
         indices = list(indices)
         prepared = [self.prepare(i, loaded.tokenizer, loaded.data_dir, revision) for i in indices]
         dtype = dtype_name(loaded.model)
@@ -300,10 +293,10 @@ class Pipeline:
         return Record.of(context, self.probes[index], fingerprint, metrics, error=error, **how)
 
     def _compute(self, index: int, loaded: Loaded, samples: Any) -> tuple[Probe, list[Any]]:
-        """(the probe as it ran, every rank's payload). A first batch that does not fit in
-        memory is retried at half the size where it failed (``batching``); a later one runs
-        the share again at half the size. Every rank ends at the same size, so the shares
-        stay those of one batch size, down to 1."""
+        """(the probe as it ran, every rank's payload). A batch that does not fit in memory runs again
+        at half the size (``batching``), down to 1, on every rank alike, so the shares stay those of one
+        batch size (docs/faults.md).
+        """
         rank, world = rank_and_world()
         probe = self.probes[index]
         if index in self.batch_sizes:

@@ -1,13 +1,6 @@
-"""Held-out perplexity: the same text at every checkpoint, comparable across tokenizers.
-
-Per language, the leading whole documents of a data folder's ``val`` split up to ``bytes``
-UTF-8 bytes, decoded with the data's own tokenizer, are re-encoded with the checkpoint's as
-``[sep] doc1 [sep] doc2 [sep] ...`` (sep: eos, else bos) and scored in windows of
-``seq_len + 1`` tokens that overlap by one, so every token after the first is predicted once.
-Keys: ``keys.heldout(lang, metric)``: ``ppl`` (exp of the mean NLL per token), ``bpb`` (bits
-per UTF-8 byte of the documents: the one comparable across tokenizers), ``tokens``, ``bytes``.
-
-Shape suffixes: B windows in a batch, T positions, V vocabulary.
+"""Held-out perplexity: the same text at every checkpoint, with bits per UTF-8 byte
+(``bpb``) comparable across tokenizers (docs/ppl-probe.md). Shape suffixes: B windows
+in a batch, T positions, V vocabulary.
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ import torch
 
 from bytecanary import keys
 from bytecanary.data.shards import open_split, split_files
-from bytecanary.display import Display, Table
+from bytecanary.display import Display, Perplexity, Table
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_json
 from bytecanary.probes import batching
@@ -37,11 +30,18 @@ from bytecanary.probes.registry import Probe, register_probe
 from bytecanary.records import Context
 
 SPLIT = "val"  # the held-out split `bytecanary prepare` writes
+
+
+def heldout(lang: str = "all", metric: str = "ppl", split: str = SPLIT) -> str:
+    """``probe/ppl/<split>/<lang>/<metric>``: the ``ppl`` probe on a data folder's held-out text."""
+    return f"{keys.probe_root('ppl')}/{split}/{lang}/{metric}"
+
+
 HEADLINE = ("ppl", "bpb")
 TABLE = Table(
     "Held-out perplexity",
-    (("ppl", keys.heldout(metric="ppl")), ("bpb", keys.heldout(metric="bpb"))),
-    lambda lang: keys.heldout(lang, metric="bpb"),
+    (("ppl", heldout(metric="ppl")), ("bpb", heldout(metric="bpb"))),
+    lambda lang: heldout(lang, metric="bpb"),
 )
 
 
@@ -209,10 +209,10 @@ def token_nll(model: Any, rows: list[np.ndarray], pad: int) -> np.ndarray:
 def metrics(lang: str, nll: float, tokens: int, size: int) -> dict[str, float]:
     """The keys of one language (or ``all``) from its summed NLL, tokens and UTF-8 bytes."""
     return {
-        keys.heldout(lang, "ppl"): math.exp(nll / tokens),
-        keys.heldout(lang, "bpb"): nll / math.log(2) / size if size else math.nan,
-        keys.heldout(lang, "tokens"): tokens,
-        keys.heldout(lang, "bytes"): size,
+        heldout(lang, "ppl"): math.exp(nll / tokens),
+        heldout(lang, "bpb"): nll / math.log(2) / size if size else math.nan,
+        heldout(lang, "tokens"): tokens,
+        heldout(lang, "bytes"): size,
     }
 
 
@@ -223,7 +223,14 @@ class PplProbe(Probe):
     version = 1
     Config = PplConfig
     config: PplConfig
-    display = Display(fields=("split", "language"), headline=headline, table=TABLE)
+    display = Display(
+        fields=("split", "language"),
+        headline=headline,
+        table=TABLE,
+        perplexity=Perplexity(
+            heldout(), "held-out perplexity (ppl probe)", "held-out ppl", heldout(metric="bpb")
+        ),
+    )
 
     def folder(self, data_dir: Path | None) -> Path:
         return data_folder(self.config.eval_sets, data_dir)

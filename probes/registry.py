@@ -1,11 +1,6 @@
-"""Probes as a plug-in set: ``@register_probe("name")`` on a ``Probe`` subclass.
-
-A probe turns a model and its tokenizer into a flat dict of metrics, keyed as
-``bytecanary.keys`` declares. The callback and ``bytecanary probe`` call the same classes
-the same way; under DDP the work is split as ``prepare`` (same on every rank) ->
-``compute`` (this rank's share) -> ``aggregate`` (rank 0, over every rank's payload), so
-results equal a single-process run. A probe's ``version`` and ``fingerprint`` say which
-setup produced a record, so a changed probe is rerun and an unchanged one is not.
+"""Probes as a plug-in set: ``@register_probe("name")`` on a ``Probe`` subclass. Training's callback
+and ``bytecanary probe`` call the same classes the same way (prepare -> compute -> aggregate),
+so DDP results equal a single process, and ``version``/``fingerprint`` decide what reruns.
 """
 
 from __future__ import annotations
@@ -75,10 +70,10 @@ class Probe:
         is loaded (probes with inputs override this)."""
 
     def measures(self) -> dict[str, Any]:
-        """What the probe measures (which keys it writes), as opposed to how (sizes, seeds,
-        decoding): records with equal measures are one curve, of which the newest is kept;
-        records with other measures add their keys (``records.merge``). Override where a
-        parameter changes the keys."""
+        """What the probe measures (which keys), as opposed to how (sizes, seeds, decoding): records with
+        equal measures are one curve, the newest kept; others add their keys (``records.merge``).
+        Override where a parameter changes the keys.
+        """
         return {}
 
     def measure(self) -> str:
@@ -137,8 +132,6 @@ class Probe:
 def load_probes() -> None:
     """Register every probe, bytecanary's and other packages', so their displays are declared
     before records are shown (``bytecanary report``, the summary)."""
-    import bytecanary.probes  # noqa: F401  (importing the package registers every probe)
-
     for failure in discover():
         warn(f"probe plugin not loaded: {failure}")
 

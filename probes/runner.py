@@ -1,18 +1,6 @@
-"""``bytecanary probe``: attach the probes to existing checkpoints.
-
-PATH is a checkpoint file (a run's weights file ``step{N}.safetensors``, or a Lightning
-``.ckpt``), an HF model folder, a folder of checkpoints or a run folder (probed in step
-order), or, with ``--revision``, a model id whose revisions form a series (Pythia's
-``step1000``...). Every pair goes through ``Pipeline``, as the training callback's do:
-records go to a ``probes.jsonl`` of the same shape, and (checkpoint, probe) pairs already
-there are skipped, so a rerun after a crash does only what is missing; a pair counts as done
-only for the probe's current version and fingerprint (parameters and eval files), so a
-changed probe is redone and nothing else. ``--watch DIR`` follows a running training and
-probes each new checkpoint until the run has finished, or ends with one error line once its
-training has stopped without finishing (``follow``); a checkpoint that does not load yet
-(still being written, or corrupt) is skipped with a warning and tried again once its file
-changes. Several workers may write one ``--out``: each claims a pair before computing it
-(``probes.claims``), and no record is appended twice. Printing the summary is the caller's job.
+"""``bytecanary probe``: attach the probes to existing checkpoints (files, folders, run folders,
+hub revisions) through the same ``Pipeline`` as training's callback, so records match; done
+pairs are skipped and several workers may share one ``--out`` (docs/utf8-probes.md).
 """
 
 from __future__ import annotations
@@ -28,18 +16,16 @@ from tqdm.auto import tqdm
 
 from bytecanary import records
 from bytecanary.checkpoints import finished_step, read_heartbeat, reported, run_folder
-from bytecanary.config import read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import check_output, warn_once
 from bytecanary.probe_options import ProbeOptions
 from bytecanary.probes.claims import Claims, clock
 from bytecanary.probes.dist import default_worker, is_lead, worker_device
-from bytecanary.probes.inputs import check_inputs
 from bytecanary.probes.liveness import NOTE_EVERY, RESTART_GRACE, Rate, stopped, waiting_line
 from bytecanary.probes.numerics import check_device, probe_dtype
 from bytecanary.probes.pipeline import Pipeline
-from bytecanary.probes.registry import PROBES, probe_class
-from bytecanary.probes.specs import build_probes, spec_where, validate_specs
+from bytecanary.probes.registry import probe_class
+from bytecanary.probes.specs import build_probes
 from bytecanary.probes.targets import (
     Loader,
     Target,
@@ -56,17 +42,17 @@ from bytecanary.records import Record
 CLAIM_POLL = 0.2
 
 
-def _accepts(name: str) -> set[str]:
-    """The parameters probe ``name`` takes."""
+def _accepts(name: str, source: str | None) -> set[str]:
+    """The parameters probe ``name`` takes; an unknown name is an error of ``source``'s list."""
     try:
         config = probe_class(name).Config
     except BytecanaryError as err:
-        raise BytecanaryError(f"probes: {err}") from None
+        raise BytecanaryError(f"{source}: probes: {err}" if source else f"probes: {err}") from None
     return {f.name for f in dataclasses.fields(config)} if config is not None else set()
 
 
 def with_cli_params(
-    specs: list[dict[str, Any]], trial: bool, eval_sets: dict[str, str]
+    specs: list[dict[str, Any]], trial: bool, eval_sets: dict[str, str], source: str | None = None
 ) -> list[dict[str, Any]]:
     """``specs`` with the command line's ``--trial`` and eval-set files, where a probe takes
     them (the spec's own values win); an eval-set file for a probe that is not run, or that
@@ -75,35 +61,16 @@ def with_cli_params(
     for name, path in eval_sets.items():
         if name not in names:
             raise BytecanaryError(f"probe: --eval_sets.{name}={path}: no probe {name!r} runs here")
-        if "eval_sets" not in _accepts(name):
+        if "eval_sets" not in _accepts(name, source):
             raise BytecanaryError(f"probe: --eval_sets.{name}={path}: probe {name!r} reads no eval-set files")
     out = []
     for spec in specs:
         params: dict[str, Any] = {"trial": trial}
         if spec["name"] in eval_sets:
             params["eval_sets"] = [eval_sets[spec["name"]]]
-        accepted = _accepts(spec["name"])
+        accepted = _accepts(spec["name"], source)
         out.append({**{k: v for k, v in params.items() if k in accepted}, **spec})
     return out
-
-
-def probe_specs(config: str | None, names: list[str] | None) -> list[dict[str, Any]]:
-    """``{name, **params}`` per probe: the ``probes:`` list of a YAML config (a training
-    config's, so a checkpoint is probed as its training probed it), kept to ``names`` when
-    given and checked against each probe's parameters; without a config, ``names`` (else the
-    probes that run by default, ``Probe.by_default``) with default parameters."""
-    if config is None:
-        return [{"name": n} for n in names or [n for n, cls in PROBES.items() if cls.by_default]]
-    doc = read_yaml(config)
-    specs = doc.get("probes") if isinstance(doc, dict) else None
-    if not isinstance(specs, list) or not all(isinstance(s, dict) and "name" in s for s in specs):
-        raise BytecanaryError(f"{config}: probes: expected a list of {{name: ..., <parameters>}} mappings")
-    chosen = [dict(s) for s in specs if names is None or s["name"] in names]
-    missing = sorted(set(names or []) - {s["name"] for s in chosen})
-    if missing:
-        raise BytecanaryError(f"{config}: probes: no entry for {', '.join(missing)}")
-    validate_specs(chosen, source=config)
-    return chosen
 
 
 def probe_targets(
@@ -140,10 +107,10 @@ def _left(pipeline: Pipeline, targets: list[Target]) -> list[tuple[Target, list[
 
 
 def complete(pipeline: Pipeline, loader: Loader, targets: list[Target], wait: float) -> list[Record]:
-    """After this worker's pass over ``targets``: wait for the pairs other workers hold, take
-    over those whose claims ran out (a killed worker's), until every pair is done or was tried
-    here; returns the records this worker appended meanwhile. While it waits it says whom for
-    and until when, once per lease."""
+    """After this worker's pass over ``targets``: wait for the pairs other workers hold, taking over
+    those whose claims ran out (a killed worker's), until every pair is done or was tried here;
+    returns the records appended meanwhile, saying whom it waits for once per lease.
+    """
     made: list[Record] = []
     claims = pipeline.claims
     notes = Rate(claims.lease if claims is not None else NOTE_EVERY)
@@ -162,13 +129,10 @@ def complete(pipeline: Pipeline, loader: Loader, targets: list[Target], wait: fl
 def follow(
     pipeline: Pipeline, loader: Loader, folder: Path, interval: float, idle_limit: float, wait: float
 ) -> list[Record]:
-    """``--watch``: probe each checkpoint of ``folder`` (a run folder or its ``checkpoints/``)
-    as it lands, in step order, until the run has finished (``finished.json`` of the attempt
-    that trained last, and its last step's weights file there) and every checkpoint is probed
-    or tried, or until Ctrl-C. A training that stopped without finishing (``_stopped``) ends
-    the watch with one error: a sidecar job always ends by itself. The marker of a training
-    that started before the watch, found before the watch saw the run unfinished, counts only
-    after ``RESTART_GRACE``: a resume launched beside the sidecar makes it stale seconds later."""
+    """``--watch``: probe each checkpoint of ``folder`` as it lands, in step order, until the run has
+    finished and every checkpoint is probed or tried, or Ctrl-C; a training that stopped without
+    finishing ends the watch with one error, so a sidecar job always ends (docs/faults.md).
+    """
     began = time.time()
     appeared(folder, idle_limit, interval)
     print(
@@ -234,10 +198,9 @@ def training_run(paths: list[str], watch_dir: str | None, revisions: list[str] |
 
 
 def _start_wandb(options: ProbeOptions, out: Path, config: dict[str, Any], training: Path | None) -> Any:
-    """The launch's W&B run, started at its first use: beside a training run (``training``),
-    one of its own in the training run's project and group, named ``<run>-probes``, in
-    ``RUN/wandb`` (``tracking.RunWandb.sidecar``); else in the options' project and group,
-    beside ``out``."""
+    """The launch's W&B run, started at its first use: beside a training run, its sidecar run
+    (``tracking.RunWandb.sidecar``); else one in the options' project and group, beside ``out``.
+    """
     from bytecanary.tracking import LaterRun, RunWandb, ViewedRun, wandb_mode
 
     def start() -> ViewedRun:
@@ -313,10 +276,9 @@ def run(
     finish: Callable[[Path, Any], None] | None = None,
 ) -> int:
     """The ``bytecanary probe`` command: probe ``paths`` (then ``options.watch``) into ``options.out``;
-    1 when a record it appended failed (the warnings and the records say why), else 0.
-
-    ``finish`` is called with (records path, W&B run) before that run is closed, e.g. to add
-    cross-checkpoint statistics to its summary. The caller prints the summary table."""
+    1 when a record it appended failed, else 0. ``finish(records path, W&B run)`` runs before that
+    run closes (e.g. cross-checkpoint statistics); the caller prints the summary table.
+    """
     options = options or ProbeOptions()
     options.check()
     check_device(options.device)
@@ -324,21 +286,19 @@ def run(
     watched = watch_target(options.watch) if options.watch else None
     device = worker_device(options.device, torch.cuda.device_count())
     dtype = probe_dtype(options.dtype, device)
-    resolved = resolve(paths, options.revisions) if paths else []
+    specs = with_cli_params(probes, options.trial, dict(options.eval_sets), options.config)
+    built = build_probes(specs, options.config)  # a bad spec is one line before any path is read
+    resolved = resolve(paths, options.revision) if paths else []
     targets = [dataclasses.replace(t, tokens_per_step=options.tokens_per_step) for t in resolved]
-    built = build_probes(with_cli_params(probes, options.trial, dict(options.eval_sets)))
-    if targets:  # bad inputs fail before any model loads (a watched folder's data is known later)
-        data_dir = _first_data_dir(targets)
-        for probe in built:
-            check_inputs(probe, data_dir, spec_where(options.config, probe.name))
-    training = training_run(paths, options.watch, options.revisions)
+    claims = Claims(out_path, options.workers.name or default_worker(), options.lease)
+    pipeline = Pipeline(built, out_path, source=options.config, claims=claims, dtype=dtype)
+    if targets:  # bad inputs fail before W&B and any model (a watched folder's are checked when known)
+        pipeline.check(_first_data_dir(targets))
+    training = training_run(paths, options.watch, options.revision)
     wandb_run = _launch_wandb(options, paths, probes, str(dtype), out_path, training)
+    publish = _to_wandb(wandb_run)
+    pipeline.publish = publish or pipeline.publish
     try:
-        claims = Claims(out_path, options.workers.name or default_worker(), options.lease)
-        publish = _to_wandb(wandb_run)
-        pipeline = Pipeline(
-            built, out_path, source=options.config, publish=publish, claims=claims, dtype=dtype
-        )
         loader = Loader(device, dtype)
         wait = min(CLAIM_POLL, options.lease / 4)
         made = probe_targets(pipeline, loader, targets) if targets else []

@@ -1,11 +1,6 @@
-"""Probes built from ``{name: ..., <parameters>, cadence: ...}`` specs (``cadence``, when the
-training callback fires the probe, is ``bytecanary.probes.cadence``'s).
-
-A spec's parameters and its cadence are dataclasses (the probe's ``Config``, ``Cadence``),
-read by ``bytecanary.config.typed``, the one config reader, before any probe is built: a
-misspelt or mistyped parameter in a YAML is one line naming the file, the probe and the
-parameter, before a training step runs.
-"""
+"""Probes built from ``{name: ..., <parameters>, cadence: ...}`` specs, each checked against
+its probe's ``Config`` and ``Cadence`` before any probe is built, so a bad parameter is one line
+naming the file, the probe and the field before a training step runs."""
 
 from __future__ import annotations
 
@@ -14,12 +9,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from jsonargparse.typing import register_type
-
 from bytecanary.config import typed
+from bytecanary.display import discover
 from bytecanary.errors import BytecanaryError
+from bytecanary.probe_options import ProbeSpec
 from bytecanary.probes.cadence import Cadence
-from bytecanary.probes.registry import Probe, probe_class
+from bytecanary.probes.registry import PROBES, Probe, probe_class
 
 
 def _where(source: str | Path | None) -> str:
@@ -59,41 +54,24 @@ def validate_specs(
     return [_validate(spec, _where(source)) for spec in specs]
 
 
-class ProbeSpec:
-    """One entry of a ``probes:`` list, checked against the ``Config`` its ``name`` picks: the
-    type of training's ``--probes`` (registered with jsonargparse), so a bad field is an error
-    of the parser that reads the rest of the config, in the words ``bytecanary probe`` uses."""
-
-    def __init__(self, spec: Mapping[str, Any]) -> None:
-        self.spec = dict(spec)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ProbeSpec) and other.spec == self.spec
-
-    def __repr__(self) -> str:
-        return f"ProbeSpec({self.spec!r})"
+def default_specs() -> list[ProbeSpec]:
+    """The probes ``bytecanary probe`` runs unasked (``Probe.by_default``)."""
+    discover()
+    return [ProbeSpec(name) for name, cls in PROBES.items() if cls.by_default]
 
 
-def _read_spec(value: Any) -> ProbeSpec:
-    """A spec checked as ``validate_specs`` checks it; the error is jsonargparse's ValueError."""
-    try:
-        validate_specs([value])
-    except BytecanaryError as err:
-        raise ValueError(str(err)) from None
-    return ProbeSpec(value)
-
-
-register_type(ProbeSpec, serializer=lambda s: s.spec, deserializer=_read_spec)
-
-
-def build_probes(specs: Sequence[Mapping[str, Any] | Probe], source: str | Path | None = None) -> list[Probe]:
-    """Probe instances from specs (validated as ``validate_specs``); instances are kept."""
+def build_probes(
+    specs: Sequence[ProbeSpec | Mapping[str, Any] | Probe], source: str | Path | None = None
+) -> list[Probe]:
+    """Probe instances from specs, each validated here once (a ``ProbeSpec`` names the file it
+    was read from); instances are kept."""
     built = []
     for spec in specs:
         if isinstance(spec, Probe):
             built.append(spec)
             continue
-        params = _validate(spec, _where(source))
+        where = _where(spec.source or source) if isinstance(spec, ProbeSpec) else _where(source)
+        params = _validate(spec.spec if isinstance(spec, ProbeSpec) else spec, where)
         name = params.pop("name")
         cadence = Cadence(**params.pop("cadence", {}))
         probe = probe_class(name)(**params)

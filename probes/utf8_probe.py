@@ -1,30 +1,6 @@
-"""The UTF-8 probes' common ground: byte-prefix prompts, decoding, scoring, aggregation.
-
-Level 0 and Level 1 are siblings over ``Utf8Probe``: both prompt with the first k bytes of
-a target character spelled as byte tokens and score what the model writes next; they
-differ only in which samples they build and how they group them. After decoding, every
-step t scores Bytes(prompt + generated[:t]) with the incremental DFA ("Beyond Perplexity:
-UTF-8 Validity in Byte-aware LMs", arXiv 2606.14122, section 3.2.1). Special tokens add
-no bytes, and once generation stops, later steps score the stream as it stands. Delta_LL
-compares the teacher-forced log-likelihood of the gold remainder's byte tokens with that
-of the generated tokens (section 3.2.3). Term Match asks for exactly the remainder and
-then a character boundary (section 3.2.2).
-
-Beyond the paper, the same pass measures expected validity along the greedy path: at each
-step, ``p_valid@t`` is the model's probability mass on tokens that keep the stream valid
-from the DFA's state there (a token completing or validly continuing the pending
-character), and ``p_complete@t`` the mass on tokens that complete the pending character
-exactly. A (state, token) table (``utf8.token_classes``) makes each one product with the
-step's distribution. Unlike a greedy pick, which flips the whole prompt set when a near tie
-turns, they are continuous in the weights, so their change between checkpoints is training.
-
-Prompts start with the document separator (eos by default, what training showed the
-model between documents), then the tokenizer's own leading-space token when it prepends
-one (SentencePiece's ``▁``, as in any encoded text), then the byte tokens. The paper's
-tool used no separator and the byte token ``<0x20>`` for that space; a ``▁``-prefixed text
-never encodes that way, so we use ``▁``. ``prefix="byte_space"`` reproduces the tool's
-prompt ids, to compare with its numbers: the byte token for 0x20 takes the place of the
-separator (and, in Level 0, of the ``▁``).
+"""The UTF-8 probes' common ground: byte-prefix prompts, decoding, scoring with the incremental
+DFA at every step, and expected validity (``p_valid``, ``p_complete``) along the greedy path
+("Beyond Perplexity: UTF-8 Validity in Byte-aware LMs", arXiv 2606.14122; docs/utf8-probes.md).
 """
 
 from __future__ import annotations

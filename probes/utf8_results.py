@@ -1,9 +1,5 @@
-"""What the UTF-8 probes measured, per sample, and what they report of it.
-
-``SampleResults`` holds one row per sample (a rank's share travels as its ``payload``);
-``group_metrics`` turns the rows of a group of samples (a language, a tier, a prefix
-length) into its metrics, ``tier_gaps`` compares the common and rare characters, and
-``write_records`` writes one line per sample.
+"""What the UTF-8 probes measured, one row per sample (a rank's share travels as its ``payload``),
+and what they report of it: group metrics, the common-vs-rare tier gaps, per-sample records.
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bytecanary import keys
+from bytecanary.probes.utf8_keys import tier_gap
 from bytecanary.stats import Stratum, clustered_gaps, proportion_se
 
 if TYPE_CHECKING:
@@ -81,11 +77,10 @@ def group_metrics(r: SampleResults, mask: np.ndarray, term_match: bool) -> dict[
 
 
 def _expected_metrics(p_valid: np.ndarray, p_complete: np.ndarray) -> dict[str, float]:
-    """p_valid and p_complete per step, over the samples live (and with a character pending)
-    there. The headline ``p_valid`` is the first step's, with its SE over the samples: the
-    prompt alone decides it, so it is continuous in the weights, where later steps follow a
-    greedy path that can flip; ``p_complete`` is the first step's too (the prompt's own
-    pending character)."""
+    """p_valid and p_complete per step, over the samples live (with a character pending) there. The
+    headlines are the first step's, with their SE: the prompt alone decides them, so they are
+    continuous in the weights where later steps follow a greedy path that can flip.
+    """
     per_sample = p_valid[:, 0]  # every sample generates at least one token
     n = len(per_sample)
     out = {"p_valid": float(per_sample.mean())}
@@ -106,10 +101,10 @@ GAP_RESAMPLES = 1000
 
 
 def tier_gaps(samples: list[Utf8Sample], r: SampleResults, seed: int) -> dict[str, float]:
-    """Per language (and over all of them) with both tiers, common minus rare V_partial,
-    V_strict and p_valid, each with a 95% CI that redraws characters, every prompt of one
-    character together, within each language's tier (``stats.clustered_gaps``, seeded:
-    the same draws at every checkpoint)."""
+    """Per language (and over all) with both tiers, common minus rare V_partial, V_strict and p_valid,
+    each with a 95% CI that redraws whole characters within each tier (``stats.clustered_gaps``,
+    seeded, so every checkpoint draws the same).
+    """
     values = np.stack([r.partial[:, -1], r.strict[:, -1], r.p_valid[:, 0]], axis=1)
     names = ("partial", "strict", "p_valid")
     strata: dict[tuple[str, str], Stratum] = {}
@@ -128,7 +123,7 @@ def tier_gaps(samples: list[Utf8Sample], r: SampleResults, seed: int) -> dict[st
         gaps = clustered_gaps(*sides, n_resamples=GAP_RESAMPLES, seed=seed)
         for name, gap in zip(names, gaps, strict=True):
             for bound, value in (("", gap.value), ("_lo", gap.lo), ("_hi", gap.hi)):
-                out[keys.tier_gap(group, name, bound)] = value
+                out[tier_gap(group, name, bound)] = value
     return out
 
 

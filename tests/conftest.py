@@ -5,6 +5,9 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,7 @@ import yaml
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import ByT5Tokenizer, PreTrainedTokenizerFast
 
-import bytecanary.probes  # noqa: F401  (registering the probes declares how their keys are shown)
+from bytecanary.probes import load_probes
 
 
 def _share_the_cores() -> None:
@@ -27,6 +30,7 @@ def _share_the_cores() -> None:
 
 
 _share_the_cores()
+load_probes()  # every installed probe declares how its keys are shown, as in `bytecanary report`
 
 SAMPLE_TEXT = [
     "The quick brown fox jumps over the lazy dog.",
@@ -207,12 +211,40 @@ def wandb_records(run_dir: Path, kind: str) -> list[dict]:
 
 def assert_same_measurement(got: dict[str, float], want: dict[str, float], tol: float = 1e-5) -> None:
     """Two computations of one model's probe (other processes, ranks or thread counts): the
-    same keys, and every smooth metric (``keys.smooth``) within ``tol``. Greedy metrics are
+    same keys, and every smooth metric (``display.smooth``) within ``tol``. Greedy metrics are
     not compared: a near tie flips with rounding, which differs between such computations."""
-    from bytecanary import keys
+    from bytecanary import display
 
     assert got.keys() == want.keys()
-    smooth = [k for k in want if keys.smooth(k)]
+    smooth = [k for k in want if display.smooth(k)]
     assert smooth, "no smooth metric to compare"
     for k in smooth:
         assert got[k] == pytest.approx(want[k], rel=tol, abs=tol, nan_ok=True), k
+
+
+@contextmanager
+def installed_plugin(folder: Path, monkeypatch, modules: dict[str, str]) -> Iterator[None]:
+    """A package ``toyprobe`` of ``modules`` (name: source) whose entry point registers the probe
+    ``toy``, with the metadata file every installed package has, installed for a test and then
+    forgotten."""
+    from bytecanary import display, keys
+    from bytecanary.probes import registry
+
+    (folder / "toyprobe-0.1.dist-info").mkdir(parents=True)
+    for name, source in modules.items():
+        (folder / f"{name}.py").write_text(textwrap.dedent(source))
+    (folder / "toyprobe-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: toyprobe\nVersion: 0.1\n"
+    )
+    (folder / "toyprobe-0.1.dist-info" / "entry_points.txt").write_text(
+        "[bytecanary.probes]\ntoy = toyprobe\n"
+    )
+    monkeypatch.syspath_prepend(str(folder))
+    display.discover.cache_clear()
+    yield
+    registry.PROBES.pop("toy", None)
+    display.DECLARED.pop("toy", None)
+    keys.METRICS.pop("logprob", None)
+    for name in modules:
+        sys.modules.pop(name, None)
+    display.discover.cache_clear()

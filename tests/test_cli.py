@@ -8,12 +8,12 @@ import types
 import pytest
 import yaml
 
-from bytecanary import cli, flags
+from bytecanary import cli
 from bytecanary.cli import main
 from bytecanary.io import read_jsonl
-from bytecanary.probe_options import DEFAULT_LEASE, ProbeOptions
+from bytecanary.probe_options import DEFAULT_LEASE, ProbeOptions, ProbeSpec
 from bytecanary.records import read as read_records
-from bytecanary.report.summary import add_mcqa_series
+from bytecanary.report.summary import add_series
 
 from .conftest import MICRO, write_config
 from .report.runs import assert_one_sync_of_every_offline_run
@@ -32,7 +32,7 @@ def test_probe_help_lists_the_flags_with_their_docstring_help(capsys):
         main(["probe", "--help"])
     assert exit_info.value.code == 0
     out = " ".join(capsys.readouterr().out.split())  # help wraps lines
-    names = ["--probes", "--config", "--trial {true,false}", "--eval_sets EVAL_SETS", "--eval_sets.level0="]
+    names = ["--probes", "--config", "--trial {true,false}", "--eval_sets EVAL_SETS", "--eval_sets.NAME="]
     names += [
         "--out",
         "--wandb {true,false}",
@@ -65,30 +65,30 @@ def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
     calls = []
     runner = types.ModuleType("bytecanary.probes.runner")
     runner.training_run = training_run
-    runner.probe_specs = lambda config, names: {"config": config, "names": names}
     runner.run = lambda *args, **kwargs: calls.append((args, kwargs)) or 0
     monkeypatch.setitem(sys.modules, "bytecanary.probes.runner", runner)
     out = tmp_path / "p.jsonl"
-    args = ["probe", "org/model", "--probes", "level0, mcqa", "--trial=true", "--eval_sets.level1", "l1.json"]
-    args += ["--out", str(out), "--wandb=false", "--revision", "step1,step2", "--device", "cpu"]
+    args = ["probe", "org/model", "--probes", "[level0, {name: mcqa, trial: true}]", "--trial=true"]
+    args += ["--eval_sets.level1", "l1.json", "--out", str(out), "--wandb=false"]
+    args += ["--revision", "[step1, step2]", "--device", "cpu"]
     assert main(args) == 0
     [(positional, kwargs)] = calls
     paths, specs, options = positional
     assert (paths, specs, kwargs) == (
         ["org/model"],
-        {"config": None, "names": ["level0", "mcqa"]},
-        {"finish": add_mcqa_series},
+        [{"name": "level0"}, {"name": "mcqa", "trial": True}],
+        {"finish": add_series},
     )
     assert options == ProbeOptions(
-        probes="level0, mcqa",
+        probes=[ProbeSpec("level0"), ProbeSpec({"name": "mcqa", "trial": True})],
         out=str(out),
         trial=True,
         eval_sets={"level1": "l1.json"},
         wandb=False,
-        revision="step1,step2",
+        revision=["step1", "step2"],
         device="cpu",
     )
-    assert (options.project, options.revisions, options.lease) == (None, ["step1", "step2"], DEFAULT_LEASE)
+    assert (options.project, options.lease) == (None, DEFAULT_LEASE)
     assert capsys.readouterr().out == f"\nrecords: {out}\n"  # no records yet: an empty summary
     assert main(["probe", "m", "--wandb_project", "mine", "--watch", "ckpts", "--series.interval", "2"]) == 0
     options = calls[-1][0][2]
@@ -105,30 +105,43 @@ def test_probe_flags_reach_the_runner(monkeypatch, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        (["--trial"], ["--trial=true"]),
-        (["--level0-set", "a.json"], ["--eval_sets.level0", "a.json"]),
-        (["--no-wandb"], ["--wandb=false"]),
-        (["--wandb-project=p"], ["--wandb_project=p"]),
-        (["--idle-limit", "5"], ["--series.idle_limit", "5"]),
-        (["--interval=2"], ["--series.interval=2"]),
-        (["--worker", "w1", "--lease", "60"], ["--workers.name", "w1", "--workers.lease", "60"]),
-    ],
+    "old",
+    [["--trial"], ["--level0-set", "a.json"], ["--no-wandb"], ["--idle-limit", "5"], ["--worker", "w1"]],
 )
-def test_the_previous_releases_spellings_still_work_with_a_note(old, new, capsys):
-    """Each old spelling parses to what today's does, and says once on stderr what to write."""
-    parser, known = flags.command_parser(cli.probe)
-    today = parser.parse_args(["m", *new])
-    modern, notes = flags.modernize(["m", *old], known)
-    assert parser.parse_args(modern) == today and parser.parse_args(modern) != parser.parse_args(["m"])
-    assert len(notes) == sum(t.startswith("--") for t in old)
-    assert all(n.startswith("note: --") and "deprecated" in n and "use --" in n for n in notes)
-    assert main(["probe", *old]) == 2  # no PATH: the notes, then the one error line
-    assert capsys.readouterr().err.splitlines() == [
-        *notes,
-        "error: probe: give at least one PATH or --watch DIR",
-    ]
+def test_one_spelling_per_flag(old, capsys):
+    """The previous release's spellings are refused like any unknown flag."""
+    assert main(["probe", "m", *old]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and old[0] in err and len(err.splitlines()) == 1
+
+
+def test_probes_and_revisions_are_typed_lists(monkeypatch):
+    """A bare name is ``{name: ...}``; jsonargparse's append syntax adds one item."""
+    values = cli.build_parser()[0].parse_args(
+        [
+            "probe",
+            "m",
+            "--probes",
+            "[ppl, {name: level0, trial: true}]",
+            "--revision+",
+            "a",
+            "--revision+",
+            "b",
+        ]
+    )
+    options = cli.arguments(cli.probe, values.probe)["options"]
+    assert [s.spec for s in options.probes] == [{"name": "ppl"}, {"name": "level0", "trial": True}]
+    assert options.revision == ["a", "b"]
+
+
+@pytest.mark.parametrize("flag", ["--probes", "--revision"])
+def test_an_empty_list_is_refused(flag, capsys):
+    """Not a silent run of the default probes, nor of no revision."""
+    assert main(["probe", "m", flag, "[]", "--wandb=false"]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"error: probe: {flag} is an empty list: name at least one, or leave it out\n"
+    )
 
 
 def test_an_unknown_old_looking_flag_is_still_refused(capsys):
@@ -154,9 +167,9 @@ def test_train_passes_its_arguments_to_lightning_cli_unchanged(monkeypatch):
 def test_defaults_live_in_the_signatures():
     from bytecanary.tracking import DEFAULT_PROJECT
 
-    probe = cli.build_parser().parse_args(["probe", "x"]).probe
+    probe = cli.build_parser()[0].parse_args(["probe", "x"]).probe
     assert (probe.out, probe.series.interval, probe.wandb_project) == ("probes.jsonl", 30.0, DEFAULT_PROJECT)
-    demo = cli.build_parser().parse_args(["demo"]).demo
+    demo = cli.build_parser()[0].parse_args(["demo"]).demo
     assert (demo.out, demo.minutes, demo.config) == ("runs/demo", 10.0, "configs/tiny.yaml")
 
 
@@ -205,3 +218,16 @@ def test_bad_config_is_one_line_on_stderr(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err == f"error: {bad}: sources: no source for ['en']"
     assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
+
+
+def test_prepare_takes_a_field_of_its_data_config_as_a_flag(tmp_path, capsys):
+    """``--tokenizer.vocab_size`` over configs/data/synthetic.yaml (its text cut small)."""
+    from tokenizers import Tokenizer
+
+    sources = [{"language": lang, "synthetic": {"megabytes": 0.3}} for lang in ("en", "ja", "ko", "zh")]
+    args = ["prepare", "--config", "configs/data/synthetic.yaml", "--tokenizer.vocab_size=2048"]
+    args += [f"--sources={sources}", "--eval.snapshot_tokens=[]", "--eval.max_per_tier=20"]
+    args += ["--eval.level1_per_language=8", "--eval.wordcomp_per_language=8", "--out", str(tmp_path / "d")]
+    assert main(args) == 0, capsys.readouterr().err
+    tokenizer = Tokenizer.from_file(str(tmp_path / "d" / "tokenizer" / "tokenizer.json"))
+    assert tokenizer.get_vocab_size() == 2048

@@ -94,7 +94,4 @@ def test_the_probes_list_is_typed_by_the_training_parser(tmp_path):
     assert dumped == yaml.safe_load(Path(tiny).read_text())["probes"]
     with pytest.raises(BytecanaryError) as caught:
         parse_only(["--config", tiny, "--probes=[{name: level1, per_langauge: 3}]"])
-    assert (
-        str(caught.value)
-        == "--probes: probes: level1: per_langauge: unknown key (did you mean 'per_language'?)"
-    )
+    assert str(caught.value) == "probes: level1: per_langauge: unknown key (did you mean 'per_language'?)"

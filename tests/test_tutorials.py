@@ -37,7 +37,7 @@ STANDINS: list[tuple[str, str]] = [
         "bytecanary train --config configs/tiny.yaml --config standins/tiny.yaml",
     ),
     ("https://huggingface.co/EleutherAI/pythia-160m", "standins/pythia-160m.git"),  # branches step1000...
-    ("--probes ppl,level0,level1", "--probes ppl,level0,level1 --trial=true"),
+    ("--probes '[ppl, level0, level1]'", "--probes '[ppl, level0, level1]' --trial=true"),
     ("~/my-trainer-output", "standins/trainer-output"),  # checkpoint-1000, checkpoint-2000
 ]
 # the tiny training: a 2 x 64 GPT-2 for 6 steps, checkpoints at 1, 2, 3, 6, trial-size probes

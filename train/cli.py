@@ -1,10 +1,6 @@
-"""``bytecanary train``: LightningCLI over ByteLM and ShardDataModule.
-
-Configs compose (``--config a.yaml --config b.yaml``) from the sections ``model``,
-``data``, ``trainer``, ``run`` and ``probes`` (fired at checkpoints, each on its cadence);
-``--print_config`` prints the resolved one. The run folder ``<run.root>/<run.name>/``
-gets config.yaml, checkpoints/, metrics.jsonl, probes.jsonl and wandb/
-(README, "Training").
+"""``bytecanary train``: LightningCLI over ByteLM and ShardDataModule, configs composed from the
+sections ``model``, ``data``, ``trainer``, ``run`` and ``probes`` into one run folder
+(docs/training.md).
 """
 
 from __future__ import annotations
@@ -12,16 +8,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import pydoc
-import sys
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from jsonargparse import ArgumentError
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
 from bytecanary import records
@@ -101,21 +95,26 @@ class RunConfig:
         return Path(self.root) / self.name
 
 
+class _Parser(LightningArgumentParser):
+    """LightningCLI's parser; a config file that is not UTF-8 or not YAML is the one line
+    ``read_yaml`` words for every command, naming the file."""
+
+    def parse_path(self, path, *args: Any, **kwargs: Any):
+        try:
+            return super().parse_path(path, *args, **kwargs)
+        except (UnicodeDecodeError, ArgumentError):
+            read_yaml(path)  # raises where the file itself is bad
+            raise
+
+
 class BytecanaryCLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         """A bad value is one line naming the field, not jsonargparse's usage block; a bad
         probe spec names the config file it is in, as ``bytecanary probe`` does."""
-        for path in _config_flags(args):  # one line for a file jsonargparse fails to decode
-            if path is not None and Path(path).is_file():  # else jsonargparse reads YAML text
-                read_yaml(path)
         try:
             super().parse_arguments(parser, args)
         except ArgumentError as err:
-            message = parse_error(str(err), flag_names(parser))
-            if message.startswith("probes: "):
-                message = f"{probes_source(args)}: {message}"
-            raise BytecanaryError(message) from err
-        self._argv = args
+            raise BytecanaryError(parse_error(str(err), flag_names(parser))) from err
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_class_arguments(RunConfig, "run")
@@ -123,17 +122,17 @@ class BytecanaryCLI(LightningCLI):
             "--probes",
             type=list[ProbeSpec],
             default=[],
-            help="probes fired at checkpoints, e.g. [{name: level0, trial: true, cadence: {every: 2}}]",
+            help="probes fired at checkpoints: names or {name: ..., <parameters>, cadence: {...}} entries",
         )
         parser.link_arguments("model.arch.n_positions", "data.seq_len")
         parser.link_arguments("data.vocab_size", "model.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.eos_token_id", "model.eos_token_id", apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
-        """Check the values, the run folder and the probes before anything is built or written:
-        a bad flag (``--model.optim.lr=-1``), an output path under a file, a wrong probe
-        parameter, a missing eval set or live probes under FSDP is one line naming it, and no run
-        folder is touched."""
+        """Check the values, the run folder and the probes before anything is built or written, so a bad
+        flag, path, probe parameter, missing eval set or live probes under FSDP is one line naming it
+        and no run folder is touched.
+        """
         for group, cls in CHECKED_GROUPS.items():
             try:
                 cls(**self.config[group].as_dict())
@@ -149,7 +148,7 @@ class BytecanaryCLI(LightningCLI):
                 self.config["probes"],
                 run.probe_every_tokens,
                 run.probe_strict,
-                source=probes_source(self._argv),
+                source=self.config["probes"][0].source,
                 dtype=run.probe_dtype,
                 metrics=run.dir / "metrics.jsonl",
             )
@@ -193,35 +192,32 @@ class BytecanaryCLI(LightningCLI):
         return trainer
 
 
-def _config_flags(args: list[str] | None) -> Iterator[str | None]:
-    """The file of each ``--config`` flag of a training command line, and None for each
-    ``--probes`` flag, in order."""
-    argv = sys.argv[1:] if args is None else list(args)
-    for flag, value in zip(argv, [*argv[1:], ""], strict=True):
-        inline = flag.removeprefix("--config=")
-        if flag == "--probes" or flag.startswith("--probes="):
-            yield None
-        elif flag == "--config":
-            yield value
-        elif inline != flag:
-            yield inline
+class _Parsed(Exception):
+    """Carries a parsed training config out of ``ParseOnly``."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__("parsed")
+        self.config = config
 
 
-def probes_source(args: list[str] | None) -> str:
-    """Where the ``probes`` list of a training command line comes from: the last ``--config``
-    file that sets it or a later ``--probes`` flag (later ones win)."""
-    source = "--probes"
-    for path in _config_flags(args):
-        if path is None:
-            source = "--probes"
-        elif _sets_probes(path):
-            source = path
-    return source
+class ParseOnly(BytecanaryCLI):
+    """``train``'s parser, which stops once the config is read: nothing is built or seeded."""
+
+    def parse_arguments(self, parser, args) -> None:
+        super().parse_arguments(parser, args)
+        raise _Parsed(self.config)
 
 
-def _sets_probes(path: str) -> bool:
-    doc = read_yaml(path)
-    return isinstance(doc, dict) and "probes" in doc
+def probes_in(config: str) -> list[ProbeSpec]:
+    """The ``probes:`` list of training config ``config``, read by ``train``'s own parser, so a
+    checkpoint is probed as its training probed it."""
+    try:
+        make_cli(["--config", config], ParseOnly)
+    except _Parsed as parsed:
+        return parsed.config["probes"]
+    except BytecanaryError as err:  # the one file read: named where the error does not
+        raise BytecanaryError(str(err) if str(err).startswith(config) else f"{config}: {err}") from None
+    raise AssertionError("ParseOnly always stops at the parse")
 
 
 def strategy_class(spec: Any) -> type | None:
@@ -301,6 +297,7 @@ def make_cli(args: list[str] | None, cli_class: type[BytecanaryCLI] = Bytecanary
         run=False,
         save_config_callback=None,
         auto_configure_optimizers=False,
+        parser_class=_Parser,
         trainer_defaults=TRAINER_DEFAULTS,
         seed_everything_default=0,
         parser_kwargs={
@@ -313,11 +310,10 @@ def make_cli(args: list[str] | None, cli_class: type[BytecanaryCLI] = Bytecanary
 
 
 def resume_from(run: RunConfig) -> Path | None:
-    """The full training state to continue from (the newest that loads), or None for a run
-    that starts at step 0; ``run.resume`` must fit what the run folder holds. A run killed
-    before its first full state (its config.yaml written, perhaps a weights file and a temp
-    file) starts again from step 0 on ``--run.resume=true``: data order and seeds are fixed,
-    so it rewrites the same weights files bit for bit."""
+    """The full training state to continue from (the newest that loads), or None to start at step 0;
+    ``run.resume`` must fit the folder. A run killed before its first full state restarts from step 0:
+    data order and seeds are fixed, so it rewrites the same weights bit for bit.
+    """
     folder = run.dir / "checkpoints"
     if not run.resume:
         if probe_checkpoints(folder) or training_states(folder):  # any step file, weights or full state

@@ -21,8 +21,9 @@ class SyntheticSource:
     a longer tail of rare characters)."""
 
     def __post_init__(self) -> None:
-        if self.megabytes <= 0 or self.vocabulary <= 0:
-            raise ValueError("megabytes and vocabulary must be positive")
+        for name in ("megabytes", "vocabulary"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}: must be positive, got {getattr(self, name)}")
 
 
 @dataclass
@@ -66,10 +67,11 @@ class DebianSource:
     default ``~/.cache/bytecanary/debian``)."""
 
     def __post_init__(self) -> None:
-        if not self.packages or not self.paths:
-            raise ValueError("packages and paths must each name at least one entry")
+        for name in ("packages", "paths"):
+            if not getattr(self, name):
+                raise ValueError(f"{name}: must name at least one entry")
         if not 0 <= self.min_script_share <= 1:
-            raise ValueError("min_script_share must be in [0, 1]")
+            raise ValueError(f"min_script_share: must be in [0, 1], got {self.min_script_share}")
 
 
 FILE_SUFFIXES = (".parquet", ".jsonl", ".json", ".jsonl.gz", ".json.gz")
@@ -88,7 +90,7 @@ class FilesSource:
 
     def __post_init__(self) -> None:
         if not any(self.pattern.endswith(s) for s in FILE_SUFFIXES):
-            raise ValueError(f"pattern must end in one of {', '.join(FILE_SUFFIXES)}")
+            raise ValueError(f"pattern: must end in one of {', '.join(FILE_SUFFIXES)}")
 
 
 @dataclass
@@ -127,9 +129,11 @@ class TokenizerConfig:
 
     def __post_init__(self) -> None:
         if not 0 < self.character_coverage <= 1:
-            raise ValueError("tokenizer.character_coverage must be in (0, 1]")
+            raise ValueError(f"character_coverage: must be in (0, 1], got {self.character_coverage}")
         if self.kind != "bytes" and self.vocab_size < 300:
-            raise ValueError("tokenizer.vocab_size must be at least 300 (256 byte tokens + merges)")
+            raise ValueError(
+                f"vocab_size: must be at least 300 (256 byte tokens + merges), got {self.vocab_size}"
+            )
 
 
 @dataclass
@@ -157,14 +161,16 @@ class EvalSetConfig:
     def __post_init__(self) -> None:
         lo, hi = self.tier_mass
         if not 0 < lo < hi < 1:
-            raise ValueError("eval.tier_mass must be two shares with 0 < first < second < 1")
+            raise ValueError(
+                f"tier_mass: must be two shares with 0 < first < second < 1, got {self.tier_mass}"
+            )
         if self.tier_budget is not None and self.tier_budget not in self.snapshot_tokens:
-            raise ValueError("eval.tier_budget must be one of eval.snapshot_tokens")
+            raise ValueError(f"tier_budget: must be one of snapshot_tokens, got {self.tier_budget}")
         if self.heldout_megabytes <= 0:
-            raise ValueError(f"eval.heldout_megabytes must be positive, got {self.heldout_megabytes}")
+            raise ValueError(f"heldout_megabytes: must be positive, got {self.heldout_megabytes}")
         for name in ("max_per_tier", "level1_per_language", "wordcomp_per_language"):
             if getattr(self, name) < 1:  # 0 would write empty eval sets
-                raise ValueError(f"eval.{name} must be at least 1, got {getattr(self, name)}")
+                raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
 
 
 @dataclass
@@ -205,6 +211,6 @@ class DataConfig:
         if covered - set(self.mixture):
             raise ValueError(f"mixture: no weight for {sorted(covered - set(self.mixture))}")
         if not 0 < self.val_fraction < 1:
-            raise ValueError("val_fraction must be in (0, 1)")
+            raise ValueError(f"val_fraction: must be in (0, 1), got {self.val_fraction}")
         if self.chunk_megabytes <= 0:
-            raise ValueError("chunk_megabytes must be positive")
+            raise ValueError(f"chunk_megabytes: must be positive, got {self.chunk_megabytes}")

@@ -1,15 +1,6 @@
 """``bytecanary prepare``: corpus -> tokenizer -> shards -> character snapshot -> eval sets.
 
-Each stage writes into a temporary folder that replaces ``<out>/<stage>`` only when the
-stage has finished, with ``stage.json`` recording the hash of everything it read (its
-config slice and the hashes of the stages before it) and every file the stage wrote. A
-rerun skips every stage whose hash still matches and whose files are all there, so a folder
-prepared by an older version gains the files it lacks, and no stage ever leaves a
-half-written file. Only folders prepare made are replaced, one prepare at a time
-(``ownership``). The corpus and shard stages run as parallel tasks (``engine``) in a task
-folder kept until the stage is done: a killed run resumes at the tasks it had not finished.
-The eval sets are the UTF-8 probes' Level 0 / Level 1 sets and the embedded MCQA pool
-(``wordcomp``).
+Each stage replaces its folder whole and is skipped while its inputs' hash matches (docs/data.md).
 """
 
 from __future__ import annotations
@@ -236,12 +227,16 @@ def _evalsets(cfg: DataConfig, corpus_dir: Path, snapshot_dir: Path, tok_dir: Pa
 
 
 def prepare(
-    config_path: str | Path, out: str | Path | None = None, verify: bool = False, run: Parallel | None = None
+    config: DataConfig | str | Path,
+    out: str | Path | None = None,
+    verify: bool = False,
+    run: Parallel | None = None,
 ) -> Path:
-    """Run every stage that is not up to date; print the summary; return the data folder.
-    ``verify``: also check every shard against its hash in ``index.json``; ``run``: how the
-    parallel stages run (default: one worker per core of this machine)."""
-    cfg = load_config(DataConfig, config_path)
+    """Run every stage of ``config`` (or the YAML it names) that is not up to date, print the summary
+    and return the data folder; ``verify`` also checks every shard against ``index.json``, ``run``
+    says how the parallel stages run (default: one worker per core).
+    """
+    cfg = config if isinstance(config, DataConfig) else load_config(DataConfig, config)
     run = run or Parallel()
     run.processes()  # a bad count stops here, before any stage
     if out is not None and not str(out).strip():  # Path("") is the working directory

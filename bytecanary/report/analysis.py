@@ -1,25 +1,6 @@
-"""The numbers behind ``bytecanary report``.
-
-Pure functions over the rows of ``metrics.jsonl`` and ``probes.jsonl``: whether validation
-perplexity and Level 0 validity each converged, kept moving, or never changed beyond their
-noise, with one detector for every curve (``stats.detect_convergence``), and the ratio of
-their convergence tokens only when both converged. "Beyond Perplexity: UTF-8 Validity in
-Byte-aware LMs" (arXiv:2606.14122, abstract and section 1) finds that validity needs about
-twice the tokens perplexity needs (4.2B vs 2.1B). Greedy validity (V_partial, strict) is a
-step function of the weights: prompts share their structure and flip together, so its
-scatter between checkpoints can dwarf the binomial SE of its n samples (0.6 <-> 0.93
-against 0.012 on the tiny CPU run). A greedy point's SE is the larger of the two
-(``validity_curve``). Expected validity (``p_valid``) is smooth in the weights and is
-judged on its own SE over the samples (``p_valid_se``). Perplexity is judged on its log
-(the validation loss), its noise estimated from the curve itself (``stats.curve_noise``):
-the validation set is fixed, so what scatters is the model between checkpoints. Beside
-that flat-tail verdict, the time to tolerance (issue 36): where each curve comes within a
-stated tolerance of its final level for good (``Tolerance``, ``Curve.settle``), and the
-ratio of validity's to perplexity's with a bootstrap CI over a grid of tolerances
-(``Convergence.tolerance_grids``): the paper's "stabilises", which holds within any
-finished run, where a power-law loss is never flat. The MCQA protocols across checkpoints
-are ``mcqa_trends``. Absent keys are absent data, never zeros.
-"""
+"""The numbers behind ``bytecanary report``: whether perplexity and each curve the probes
+declare (``display.Judged``) converged, and when, by one detector, and their ratios ("Beyond
+Perplexity", arXiv:2606.14122: validity needs about twice the tokens); docs/report-and-wandb.md."""
 
 from __future__ import annotations
 
@@ -32,26 +13,26 @@ from typing import Any
 import numpy as np
 
 from bytecanary import display, keys, records, settling, stats
-from bytecanary.data.languages import LANGUAGES
+from bytecanary.display import Judged, RatioCurve
 from bytecanary.records import Record
 from bytecanary.report.axis import TOKENS_AXIS, Axis
 from bytecanary.settling import Tolerance, ci_text, eps_text
 
-HEADLINE_KEY = keys.level0()  # V_partial over all languages and tiers: the paper's ratio
-P_VALID_KEY = keys.level0(metric="p_valid")  # expected validity over all languages and tiers
-VALIDITY_KEYS = tuple(  # greedy validity
-    keys.level0(lang, "all", m) for lang in ("all", *LANGUAGES) for m in ("partial", "strict")
-)
-P_VALID_KEYS = tuple(keys.level0(lang, "all", "p_valid") for lang in ("all", *LANGUAGES))
-RATIO_CURVES = {  # key -> (short name, what it is), for the lines that state a ratio
-    HEADLINE_KEY: ("validity", "Level 0 validity (all, partial)"),
-    P_VALID_KEY: ("p_valid", "Level 0 expected validity (all, p_valid)"),
-}
 # where a curve's noise comes from, as the convergence table says it
 FROM_CURVE, FROM_GREEDY, FROM_P_VALID_SE = "curve", "max(probe n, local scatter)", "probe (p_valid_se)"
 
 
-PPL_NAMES = {keys.val_ppl(): "validation perplexity", keys.heldout(): "held-out perplexity (ppl probe)"}
+VAL_PPL_NAME = "validation perplexity"
+
+
+def judged() -> list[Judged]:
+    """Every curve the installed probes' displays declare for judging beside perplexity."""
+    return [j for d in display.declared().values() for j in d.judged]
+
+
+def perplexities() -> list[display.Perplexity]:
+    """The perplexities the installed probes record, a report's where a run logs no ``val/ppl``."""
+    return [d.perplexity for d in display.declared().values() if d.perplexity is not None]
 
 
 def finite(value: Any) -> float | None:
@@ -169,13 +150,11 @@ def probe_curve(cps: Sequence[Checkpoint], key: str) -> Curve:
     return make_curve(key, ((c.tokens_seen, c.metrics.get(key)) for c in cps))
 
 
-def validity_curve(cps: Sequence[Checkpoint], key: str) -> Curve:
-    """A greedy Level 0 validity curve, each point's SE the larger of the binomial one from
-    the ``n`` its probe recorded (``stats.proportion_se``: V_partial is a mean of scores in
-    [0, 1], so the same SE bounds it) and the scatter of the checkpoints around it
-    (``stats.local_noise``). Not their sum: the scatter already holds the sampling noise.
-    The binomial SE floors a scatter that a smooth stretch of the curve drives to 0."""
-    n_key = keys.level0(display.language_of(key) or "all", "all", "n")
+def validity_curve(cps: Sequence[Checkpoint], key: str, n_key: str) -> Curve:
+    """A greedy validity curve, each point's SE the larger of the binomial SE (``stats.proportion_se``)
+    and the checkpoints' scatter (``stats.local_noise``): the scatter already holds the sampling
+    noise, and the binomial SE floors a scatter that a smooth stretch drives to 0.
+    """
     curve = make_curve(
         key, ((c.tokens_seen, c.value(key), stats.proportion_se(c.value(key), c.value(n_key))) for c in cps)
     )
@@ -185,10 +164,9 @@ def validity_curve(cps: Sequence[Checkpoint], key: str) -> Curve:
     return _with_se(curve, np.maximum(scatter, curve.se or 0.0), FROM_GREEDY)
 
 
-def p_valid_curve(cps: Sequence[Checkpoint], key: str) -> Curve:
-    """An expected-validity curve, each point's SE the ``p_valid_se`` its probe recorded
+def p_valid_curve(cps: Sequence[Checkpoint], key: str, se_key: str) -> Curve:
+    """An expected-validity curve, each point's SE the one its probe recorded in ``se_key``
     (judged on its own scatter where a point lacks one)."""
-    se_key = key.removesuffix("p_valid") + "p_valid_se"
     curve = make_curve(key, ((c.tokens_seen, c.value(key), c.value(se_key)) for c in cps))
     return _with_se(curve, curve.se, FROM_P_VALID_SE)
 
@@ -203,11 +181,14 @@ class Convergence:
     p_valid: dict[str, Curve] = field(default_factory=dict)  # expected validity, likewise
     tolerance: Tolerance = field(default_factory=Tolerance)
     axis: Axis = TOKENS_AXIS
+    named: dict[str, RatioCurve] = field(default_factory=dict)
+    """The curves whose ratio to perplexity the report states, the headline first."""
+    ppl_name: str = VAL_PPL_NAME
+    """Which perplexity the curve is: the run's validation one, or one a probe recorded."""
 
     @property
-    def ppl_name(self) -> str:
-        """Which perplexity the curve is: the run's validation one, or the ``ppl`` probe's."""
-        return PPL_NAMES[self.ppl.key]
+    def headline_key(self) -> str | None:
+        return next(iter(self.named), None)
 
     def describe(self, curve: Curve) -> str:
         """What ``curve`` did, with the evidence, its points placed on this report's axis."""
@@ -215,7 +196,7 @@ class Convergence:
 
     @property
     def headline(self) -> Curve | None:
-        return self.validity.get(HEADLINE_KEY)
+        return self.validity.get(self.headline_key)
 
     def curve(self, key: str) -> Curve | None:
         return self.validity.get(key) or self.p_valid.get(key)
@@ -232,10 +213,10 @@ class Convergence:
 
     @cached_property
     def ratios(self) -> dict[str, stats.RatioEstimate | None]:
-        """Per curve of ``RATIO_CURVES``, its over perplexity's convergence tokens with the
+        """Per curve of ``named``, its over perplexity's convergence tokens with the
         bootstrap CI; None unless both converged."""
         out = {}
-        for key in RATIO_CURVES:
+        for key in self.named:
             curve = self.curve(key)
             both = curve is not None and self.ratio_to_ppl(curve) is not None
             out[key] = stats.convergence_ratio(curve.series(), self.ppl.series()) if both else None
@@ -243,28 +224,25 @@ class Convergence:
 
     @property
     def ratio(self) -> stats.RatioEstimate | None:
-        """The headline: V_partial (``all/all/partial``) over perplexity, the paper's ratio."""
-        return self.ratios[HEADLINE_KEY]
+        """The headline: the first named curve over perplexity."""
+        return self.ratios.get(self.headline_key)
 
-    @property
-    def p_valid_ratio(self) -> stats.RatioEstimate | None:
-        """Expected validity (``all/all/p_valid``) over perplexity, stated beside the headline."""
-        return self.ratios[P_VALID_KEY]
-
-    def why_no_ratio(self, key: str = HEADLINE_KEY) -> str:
+    def why_no_ratio(self, key: str | None = None) -> str:
         """In words, which curve did not converge and what it did instead."""
-        name = RATIO_CURVES[key][0]
+        key = key or self.headline_key
+        name = self.named[key].name
         curve = self.curve(key)
         why = [f"{self.ppl.key} {self.ppl.in_words}"] if self.ppl.converged_at is None else []
         if curve is None:
-            why.append(f"no Level 0 {name} records")
+            why.append(f"no {name} records")
         elif curve.converged_at is None:
             why.append(f"{name} {curve.in_words}")
         return "; ".join(why)
 
-    def explain(self, key: str = HEADLINE_KEY) -> str:
+    def explain(self, key: str | None = None) -> str:
         """The ratio of ``key`` (default the headline), or in words why there is none, in one line."""
-        name, what = RATIO_CURVES[key]
+        key = key or self.headline_key
+        name, what = self.named[key].name, self.named[key].what
         r = self.ratios[key]
         if r is None:
             return f"No {name}/perplexity ratio: {self.why_no_ratio(key)}"
@@ -280,11 +258,11 @@ class Convergence:
 
     @cached_property
     def tolerance_grids(self) -> dict[str, dict[tuple[float, float], settling.TimeRatio | None]]:
-        """Per curve of ``RATIO_CURVES`` that has records: T_curve(eps_v) / T_ppl(eps_p) with
+        """Per curve of ``named`` that has records: T_curve(eps_v) / T_ppl(eps_p) with
         its bootstrap CI for every (eps_v, eps_p) of the grid; None where either curve has no
         T(eps) (``why_no_tolerance_ratio`` says why)."""
         grids = {}
-        for i, key in enumerate(RATIO_CURVES):
+        for i, key in enumerate(self.named):
             curve = self.curve(key)
             if curve is None or min(len(curve.tokens), len(self.ppl.tokens)) < settling.MIN_SETTLE_POINTS:
                 continue
@@ -305,31 +283,35 @@ class Convergence:
         return grids
 
     def tolerance_ratio(
-        self, key: str = HEADLINE_KEY, cell: tuple[float, float] | None = None
+        self, key: str | None = None, cell: tuple[float, float] | None = None
     ) -> settling.TimeRatio | None:
-        """T(eps_v) of ``key`` over perplexity's T(eps_p) at ``cell`` (default: the defaults)."""
+        """T(eps_v) of ``key`` (default the headline) over perplexity's T(eps_p) at ``cell``
+        (default: the defaults)."""
+        key = key or self.headline_key
         cell = cell or (self.tolerance.validity_tolerance, self.tolerance.ppl_tolerance)
         return self.tolerance_grids.get(key, {}).get(cell)
 
-    def why_no_tolerance_ratio(self, key: str = HEADLINE_KEY, cell: tuple[float, float] | None = None) -> str:
+    def why_no_tolerance_ratio(self, key: str | None = None, cell: tuple[float, float] | None = None) -> str:
         """In words, which curve has no T(eps) at ``cell`` and why."""
         eps_v, eps_p = cell or (self.tolerance.validity_tolerance, self.tolerance.ppl_tolerance)
-        name = RATIO_CURVES[key][0]
+        key = key or self.headline_key
+        name = self.named[key].name
         curve = self.curve(key)
         why = []
         for what, c, eps in ((self.ppl.key, self.ppl, eps_p), (name, curve, eps_v)):
             if c is None:
-                why.append(f"no Level 0 {name} records")
+                why.append(f"no {name} records")
                 continue
             s = c.settle(eps)
             if s.state != settling.WITHIN:
                 why.append(f"{what} {s.describe(eps_text(eps, c.log), self.axis.unit)}")
         return "; ".join(why)
 
-    def explain_tolerance(self, key: str = HEADLINE_KEY) -> str:
-        """The time-to-tolerance ratio of ``key`` at the default tolerances, within this run,
-        or in words why there is none, in one line."""
-        name, what = RATIO_CURVES[key]
+    def explain_tolerance(self, key: str | None = None) -> str:
+        """The time-to-tolerance ratio of ``key`` (default the headline) at the default
+        tolerances, within this run, or in words why there is none, in one line."""
+        key = key or self.headline_key
+        name, what = self.named[key].name, self.named[key].what
         eps_v, eps_p = self.tolerance.validity_tolerance, self.tolerance.ppl_tolerance
         tol = f"{eps_text(eps_v, False)} vs {eps_text(eps_p, True)}"
         r = self.tolerance_ratio(key)
@@ -349,19 +331,25 @@ def convergence(
     tolerance: Tolerance | None = None,
     axis: Axis = TOKENS_AXIS,
 ) -> Convergence:
-    """What perplexity, Level 0 partial/strict validity and p_valid (all, en, ja, ko, zh)
-    did along ``axis``, all judged by the same detector, and when each came within its
-    ``tolerance`` (default ``Tolerance()``) of its final level. Perplexity is the run's
-    ``val/ppl``, else (records without a training run) the ``ppl`` probe's held-out one."""
+    """When perplexity and every judged curve (``analysis.judged``) came within ``tolerance`` of its
+    final level along ``axis``, all by one detector, so their times compare. Perplexity is
+    ``val/ppl``, else (records without a training run) the first one a probe recorded.
+    """
     points = ((r.get(keys.TOKENS_SEEN), r.get(keys.val_ppl())) for r in metrics_rows)
     ppl = make_curve(keys.val_ppl(), points, log=True)
     cps = checkpoints(probe_records)
-    heldout = make_curve(keys.heldout(), ((c.tokens_seen, c.value(keys.heldout())) for c in cps), log=True)
     present = {k for c in cps for k in c.metrics}
-    validity = {key: validity_curve(cps, key) for key in VALIDITY_KEYS if key in present}
-    p_valid = {key: p_valid_curve(cps, key) for key in P_VALID_KEYS if key in present}
-    ppl = heldout if heldout.tokens and not ppl.tokens else ppl
-    return Convergence(ppl, validity, p_valid, (tolerance or Tolerance()).check(), axis)
+    curves = [j for j in judged() if j.key in present]
+    validity = {j.key: validity_curve(cps, j.key, j.noise_key) for j in curves if j.noise == "greedy"}
+    p_valid = {j.key: p_valid_curve(cps, j.key, j.noise_key) for j in curves if j.noise == "se"}
+    named = {j.key: j.ratio for j in judged() if j.ratio is not None}
+    name = VAL_PPL_NAME
+    for probed in perplexities() if not ppl.tokens else ():
+        heldout = make_curve(probed.key, ((c.tokens_seen, c.value(probed.key)) for c in cps), log=True)
+        if heldout.tokens:
+            ppl, name = heldout, probed.name
+            break
+    return Convergence(ppl, validity, p_valid, (tolerance or Tolerance()).check(), axis, named, name)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,6 @@
 """``bytecanary report A B ...``: several runs side by side. ``compare.png`` draws each run's
-perplexity, V_partial, p_valid (and MCQA accuracy, where every run has MCQA records) on shared
-axes, each curve's convergence ringed; ``compare.md`` gives a row per run with the numbers its
-own report states (``writer``), so runs, and a hub series beside a training run, are read at
-one glance."""
+perplexity, the curves the probes judge against it and their sections' panels on shared axes;
+``compare.md`` gives a row per run with the numbers its own report states (``writer``)."""
 
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ from typing import Any
 from bytecanary import keys, settling
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_dir, check_output
-from bytecanary.report import analysis, figures, mcqa_trends, tier_gaps
+from bytecanary.report import analysis, figures, sections
 from bytecanary.report.analysis import Checkpoint, Convergence, Curve
 from bytecanary.report.axis import STEP_AXIS, STEP_NOTE, TOKENS_AXIS
 from bytecanary.report.sources import RunData, load_run
@@ -33,8 +31,6 @@ COLORS = (
     "tab:pink",
     "tab:olive",
 )
-MCQA_PROTOCOLS = (keys.CLOZE, keys.SEPARATE, keys.MERGED, keys.DASHED)  # the first every run has is drawn
-BPB_KEY = keys.heldout(metric="bpb")
 
 
 @dataclass(frozen=True)
@@ -92,38 +88,32 @@ def check_out(out: Path) -> Path:
     return out
 
 
-def _mcqa_protocol(runs: Sequence[Run]) -> str | None:
-    """The MCQA protocol drawn: the first of ``MCQA_PROTOCOLS`` with accuracy in every run;
-    None unless every run has MCQA records."""
-    for protocol in MCQA_PROTOCOLS:
-        if all(_mcqa_curve(r, protocol).tokens for r in runs):
-            return protocol
-    return None
+def _bpb_key() -> str | None:
+    """The bits per byte of the first perplexity a probe records that has one."""
+    return next((p.bpb for p in analysis.perplexities() if p.bpb), None)
 
 
-def _mcqa_curve(run: Run, protocol: str) -> Curve:
-    return mcqa_trends.group_mean_curve(run.cps, mcqa_trends.mcqa_tasks(run.cps), "acc", protocol)
-
-
-def _bpb_curve(run: Run) -> Curve:
-    """The ``ppl`` probe's bits per byte over all languages: unlike perplexity, comparable
-    between runs whose tokenizers differ."""
-    return analysis.probe_curve(run.cps, BPB_KEY)
+def _bpb_curve(run: Run) -> Curve | None:
+    """A probe's bits per byte over all languages: unlike perplexity, comparable between runs
+    whose tokenizers differ."""
+    key = _bpb_key()
+    return analysis.probe_curve(run.cps, key) if key else None
 
 
 def _panels(runs: Sequence[Run]) -> list[tuple[str, Callable[[Run], Curve | None]]]:
     """(title, the curve of a run) per panel."""
+    named = runs[0].conv.named
     panels: list[tuple[str, Callable[[Run], Curve | None]]] = [
         (" / ".join(dict.fromkeys(r.conv.ppl_name for r in runs)), lambda r: r.conv.ppl),
-        ("Level 0 V partial (all)", lambda r: r.conv.headline),
-        ("Level 0 p_valid (all)", lambda r: r.conv.curve(analysis.P_VALID_KEY)),
+        *((n.panel or n.what, lambda r, key=key: r.conv.curve(key)) for key, n in named.items()),
     ]
-    if all(_bpb_curve(r).tokens for r in runs):
+    if all((c := _bpb_curve(r)) is not None and c.tokens for r in runs):
         panels.insert(1, ("held-out bits per byte (ppl probe)", _bpb_curve))
-    protocol = _mcqa_protocol(runs)
-    if protocol:
-        title = f"MCQA {keys.PROTOCOL_LABELS[protocol]} accuracy, mean over tasks"
-        panels.append((title, lambda r: _mcqa_curve(r, protocol)))
+    for section in sections.every():
+        panel = section.compare_panel([r.cps for r in runs]) if section.compare_panel else None
+        if panel is not None:
+            title, curve_of = panel
+            panels.append((title, lambda r, curve_of=curve_of: curve_of(r.cps)))
     return panels
 
 
@@ -173,46 +163,43 @@ def _final(curve: Curve | None) -> float | None:
     return curve.values[-1] if curve is not None and curve.values else None
 
 
-def _row(run: Run) -> list[Any]:
+def _row(run: Run, columns: list[tuple[str, Callable[..., str | None]]]) -> list[Any]:
     conv = run.conv
     ratios = [
-        ratio_text(r) if (r := conv.ratios[key]) else f"n/a: {conv.why_no_ratio(key)}"
-        for key in analysis.RATIO_CURVES
+        ratio_text(r) if (r := conv.ratios[key]) else f"n/a: {conv.why_no_ratio(key)}" for key in conv.named
     ]
-    last = tier_gaps.last_with_gap(run.cps)
-    gap = f"{tier_gaps.text(tier_gaps.gap(last, 'all'))} at {tier_gaps.at(last, conv.axis)}" if last else None
-    curves = (conv.ppl, conv.headline, conv.curve(analysis.P_VALID_KEY))
+    curves = (conv.ppl, *(conv.curve(key) for key in conv.named))
     return [
         run.name,
         conv.axis.label,
         conv.ppl.key,
         *(_converged(c) for c in curves),
         *ratios,
-        gap,
+        *(cell(run.cps, conv.axis) for _, cell in columns),
         *(_final(c) for c in curves),
         _final(_bpb_curve(run)),
     ]
 
 
 def compare_table(runs: Sequence[Run]) -> Table:
-    """A row per run: its axis, where each curve converged, the two ratios to perplexity with
-    their CI, the tier gap at its last checkpoint, and the curves' last values."""
-    columns = [
+    """A row per run: its axis, where each curve converged, the ratios to perplexity with
+    their CI, the columns the probes' sections add (the tier gap at its last checkpoint), and
+    the curves' last values."""
+    named = runs[0].conv.named
+    columns = [s.compare_column for s in sections.every() if s.compare_column is not None]
+    table_columns = [
         Column("run", ""),
         Column("axis", ""),
         Column("perplexity", ""),
         Column("perplexity converges at", ""),
-        Column("V partial converges at", ""),
-        Column("p_valid converges at", ""),
-        Column("validity/perplexity", ""),
-        Column("p_valid/perplexity", ""),
-        Column("tier gap all, common - rare V partial (95% CI)", ""),
+        *(Column(f"{n.label or n.name} converges at", "") for n in named.values()),
+        *(Column(f"{n.name}/perplexity", "") for n in named.values()),
+        *(Column(label, "") for label, _ in columns),
         Column("final perplexity", ",.1f", keys.val_ppl()),
-        Column("final V partial", ".3f", analysis.HEADLINE_KEY),
-        Column("final p_valid", ".3f", analysis.P_VALID_KEY),
-        Column("final held-out bpb", ".3f", BPB_KEY),
+        *(Column(f"final {n.label or n.name}", ".3f", key) for key, n in named.items()),
+        Column("final held-out bpb", ".3f", _bpb_key()),
     ]
-    return Table("compare", "Convergence of each run", columns, [_row(r) for r in runs])
+    return Table("compare", "Convergence of each run", table_columns, [_row(r, columns) for r in runs])
 
 
 def render(runs: Sequence[Run], table: Table, out: Path) -> str:

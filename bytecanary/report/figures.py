@@ -1,11 +1,6 @@
-"""The report's figures: convergence, Level 0 tiers and MCQA protocols over training.
-
-Every x-axis is tokens seen on a log scale, the x-axis of every W&B chart too (the step,
-where records lack tokens seen: ``axis``). Figures are drawn on matplotlib ``Figure``
-objects with the Agg canvas, never through pyplot's global backend, so calling the
-report from a notebook leaves its plotting alone. A
-figure whose data is absent says so in its panel instead of failing: a run may have
-perplexity only.
+"""The report's convergence figure, and the drawing tools the probes' report sections share.
+Figures draw on matplotlib ``Figure`` objects with the Agg canvas, never pyplot's global backend,
+so a notebook calling the report keeps its own plotting; absent data is said in its panel.
 """
 
 from __future__ import annotations
@@ -16,25 +11,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bytecanary import display, keys, settling
-from bytecanary.data.evalsets import TIERS
-from bytecanary.data.languages import LANGUAGES
-from bytecanary.report import analysis, mcqa_trends, tier_gaps
-from bytecanary.report.analysis import Checkpoint, Convergence, Curve
-from bytecanary.report.axis import TOKENS_AXIS, Axis
-from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
+from bytecanary import display, settling
+from bytecanary.report.analysis import Convergence, Curve
+from bytecanary.report.axis import Axis
 
 DPI = 120
 STYLE = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 9}
 LANG_COLORS = {"all": "black", "en": "tab:blue", "ja": "tab:red", "ko": "tab:green", "zh": "tab:orange"}
-TIER_COLORS = dict(zip(TIERS, ("tab:blue", "tab:green", "tab:orange", "tab:red", "tab:purple"), strict=True))
-PROTOCOL_STYLES = {  # MCQA protocols drawn per task group -> (color, line style); labels from keys
-    SEPARATE: ("tab:blue", "-"),
-    MERGED: ("tab:blue", "--"),
-    CLOZE: ("tab:green", "-"),
-    DASHED: ("tab:purple", "-"),
-}
-NONSENSE_CHANCE = 0.25
+RATIO_LINES = ("-.", "--")  # the vertical line where each ratio curve converges
 
 
 def new_figure(nrows: int, ncols: int, size: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
@@ -115,25 +99,24 @@ def plot_curve(ax: Any, curve: Curve, mark: bool = False, **style: Any) -> bool:
 
 
 def _convergence_lines(axes: Sequence[Any], conv: Convergence) -> None:
-    """Vertical lines where perplexity, V_partial (all) and p_valid (all) converge, in every panel."""
-    p_valid = conv.p_valid.get(analysis.P_VALID_KEY)
-    for x, style, label in (
-        (conv.ppl.converged_at, ":", f"{conv.ppl.key} converges"),
-        (conv.validity_tokens, "-.", "validity (all, partial) converges"),
-        (p_valid.converged_at if p_valid else None, "--", "p_valid (all) converges"),
-    ):
+    """Vertical lines where perplexity and each ratio curve converge, in every panel."""
+    ratio_lines = [
+        ((c := conv.curve(key)) and c.converged_at, style, f"{named.panel or named.what} converges")
+        for (key, named), style in zip(conv.named.items(), RATIO_LINES, strict=False)
+    ]
+    for x, style, label in ((conv.ppl.converged_at, ":", f"{conv.ppl.key} converges"), *ratio_lines):
         if x:
             for i, ax in enumerate(axes):
                 ax.axvline(x, color="gray", linestyle=style, linewidth=1.2, label=label if i == 0 else None)
 
 
 def _tolerance_marks(axes: Sequence[Any], conv: Convergence) -> None:
-    """A downward triangle where perplexity (top panel), V partial all (middle) and p_valid all
-    (bottom) come within their default tolerance of their final level for good."""
+    """A downward triangle where perplexity (top panel) and each ratio curve (the greedy panel,
+    or the expected one) come within their default tolerance of their final level for good."""
     eps = conv.tolerance
-    for ax, curve in zip(
-        axes, (conv.ppl, conv.headline, conv.p_valid.get(analysis.P_VALID_KEY)), strict=True
-    ):
+    top, middle, bottom = axes
+    named = [(middle if key in conv.validity else bottom, conv.curve(key)) for key in conv.named]
+    for ax, curve in ((top, conv.ppl), *named):
         at = conv.settling(curve).at if curve else None
         if at is None:
             continue
@@ -150,8 +133,9 @@ def tolerance_title(conv: Convergence) -> str:
     """The time-to-tolerance ratios at the default tolerances, in one sentence for a title."""
     eps = conv.tolerance
     parts = []
-    for key, (name, _) in analysis.RATIO_CURVES.items():
+    for key, named in conv.named.items():
         r = conv.tolerance_ratio(key)
+        name = named.name
         parts.append(f"{name} {r.value:.2f}x (95% CI {settling.ci_text(r)})" if r else f"{name} n/a")
     tol = (
         f"{settling.eps_text(eps.validity_tolerance, False)} vs {settling.eps_text(eps.ppl_tolerance, True)}"
@@ -234,7 +218,7 @@ def convergence_figure(conv: Convergence) -> Any:
         if top.get_legend_handles_labels()[0]:
             top.legend(loc="upper right")
         # the ratios, or why there are none; then the time-to-tolerance ratios
-        title = f"{conv.explain()}. {conv.explain(analysis.P_VALID_KEY)}. {tolerance_title(conv)}"
+        title = ". ".join([*(conv.explain(key) for key in conv.named), tolerance_title(conv)])
         fig.suptitle(textwrap.fill(title, 90))
     return fig
 
@@ -245,145 +229,3 @@ def plot_convergence(conv: Convergence, path: Path) -> None:
 
     with matplotlib.rc_context(STYLE):
         save(convergence_figure(conv), path)
-
-
-def plot_tiers(cps: Sequence[Checkpoint], path: Path, axis: Axis = TOKENS_AXIS) -> None:
-    """``tiers_figure`` as a PNG (drawn in the same style: ticks are made at draw time)."""
-    import matplotlib
-
-    with matplotlib.rc_context(STYLE):
-        save(tiers_figure(cps, axis), path)
-
-
-def tiers_figure(cps: Sequence[Checkpoint], axis: Axis = TOKENS_AXIS) -> Any:
-    """V partial by frequency tier over training, one panel per language, and below them the
-    gap between common and rare characters with its 95% CI band when the records hold it."""
-    import matplotlib
-
-    gap_groups = tier_gaps.groups(cps)
-    with matplotlib.rc_context(STYLE):
-        fig, axes = new_figure(3 if gap_groups else 2, 2, (11, 10.5 if gap_groups else 7.5))
-        panels = axes[:2].ravel()
-        for ax in panels[1:]:  # shared before drawing, so the limits hold every panel's data
-            ax.sharex(panels[0])
-            ax.sharey(panels[0])
-        any_drawn = False
-        for ax, lang in zip(panels, LANGUAGES, strict=True):
-            for tier in TIERS:
-                curve = analysis.probe_curve(cps, keys.level0(lang, tier))
-                any_drawn |= plot_curve(ax, curve, color=TIER_COLORS[tier], label=tier)
-            ax.set_title(lang)
-            ax.grid(True, alpha=0.3)
-            log_x(ax)
-        if not any_drawn:
-            fig.clear()
-            ax = fig.subplots()
-            ax.set_axis_off()
-            say_empty(ax, "no Level 0 tier metrics (probes.jsonl)")
-        else:
-            for ax in axes[:2, 0]:
-                ax.set_ylabel("V partial (0-1)")
-            by_label = {
-                label: h for ax in panels for h, label in zip(*ax.get_legend_handles_labels(), strict=True)
-            }
-            tiers = [t for t in TIERS if t in by_label]  # every tier any language has, in tier order
-            fig.legend([by_label[t] for t in tiers], tiers, loc="outside right center", title="tier")
-            if gap_groups:
-                _gap_panel(fig, axes[2], cps, gap_groups, axis)
-            for ax in axes[1, :]:
-                ax.set_xlabel(x_label(axis))
-        fig.suptitle("Level 0 validity (partial) by character frequency tier")
-        return fig
-
-
-def _gap_panel(
-    fig: Any, row: Sequence[Any], cps: Sequence[Checkpoint], groups: list[str], axis: Axis
-) -> None:
-    """One wide panel in place of ``row``: common minus rare V partial per language, each with
-    the probe's 95% CI over characters as a band, and the line of no gap."""
-    grid = row[0].get_subplotspec().get_gridspec()
-    for ax in row:
-        ax.remove()
-    ax = fig.add_subplot(grid[-1, :])
-    for g in groups:
-        points = [
-            (c.tokens_seen, gp) for c in cps if c.tokens_seen and (gp := tier_gaps.gap(c, g)) is not None
-        ]
-        xs = [x for x, _ in points]
-        ax.plot(xs, [gp.value for _, gp in points], marker="o", markersize=3, color=LANG_COLORS[g], label=g)
-        ax.fill_between(
-            xs,
-            [gp.lo for _, gp in points],
-            [gp.hi for _, gp in points],
-            color=LANG_COLORS[g],
-            alpha=0.12,
-            linewidth=0,
-        )
-    ax.axhline(0.0, color="gray", linewidth=1)
-    ax.set_title("common - rare V partial (band: 95% CI over characters)")
-    ax.set_ylabel("gap in V partial")
-    ax.set_xlabel(x_label(axis))
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", title="language")
-    log_x(ax)
-
-
-def _accuracy_panel(ax: Any, cps: Sequence[Checkpoint], group: str, tasks: list[str]) -> None:
-    for protocol, (color, style) in PROTOCOL_STYLES.items():
-        curve = mcqa_trends.group_mean_curve(cps, tasks, "acc", protocol)
-        plot_curve(ax, curve, color=color, linestyle=style, label=keys.PROTOCOL_LABELS[protocol])
-    if group == "nonsenseqa":
-        ax.axhline(NONSENSE_CHANCE, color="gray", linewidth=1, label="chance (0.25)")
-    title = keys.TASK_GROUPS.get(group, group)
-    langs = ", ".join(t.removeprefix(f"{group}_") for t in tasks)
-    ax.set_title(f"{title}\nmean of {langs}" if len(tasks) > 1 else title)
-    ax.set_ylabel("accuracy (0-1)")
-    ax.set_ylim(-0.02, 1.02)
-
-
-def _sensitivity_panel(ax: Any, cps: Sequence[Checkpoint], groups: dict[str, list[str]]) -> None:
-    colors = iter(("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:brown", "tab:pink"))
-    for group, tasks in groups.items():
-        color = next(colors, None)
-        for metric, style in (("fsi", "-"), ("psi", "--")):
-            curve = mcqa_trends.group_mean_curve(cps, tasks, metric)
-            plot_curve(ax, curve, color=color, linestyle=style, label=f"{metric.upper()} {group}")
-    if ax.lines:
-        ax.set_ylim(bottom=0)
-    else:
-        say_empty(ax, "no FSI/PSI (wrapper protocols)")
-    ax.set_title("format (FSI) and parsability (PSI) sensitivity")
-    ax.set_ylabel("max - min over wrappers")
-
-
-def plot_mcqa(cps: Sequence[Checkpoint], path: Path, axis: Axis = TOKENS_AXIS) -> None:
-    """Accuracy of each protocol over training per task group (NonsenseQA with its chance
-    line), and FSI/PSI."""
-    import matplotlib
-
-    groups = mcqa_trends.task_groups(cps)
-    with matplotlib.rc_context(STYLE):
-        if not groups:
-            fig, axes = new_figure(1, 1, (8, 4))
-            axes[0, 0].set_axis_off()
-            say_empty(axes[0, 0], "no MCQA probe records (probes.jsonl)")
-            save(fig, path)
-            return
-        n = len(groups) + 1
-        ncols = min(n, 3)
-        nrows = -(-n // ncols)
-        fig, axes = new_figure(nrows, ncols, (5.2 * ncols, 4.3 * nrows), sharex=True)
-        panels = list(axes.ravel())
-        for ax, (group, tasks) in zip(panels, groups.items(), strict=False):
-            _accuracy_panel(ax, cps, group, tasks)
-        _sensitivity_panel(panels[len(groups)], cps, groups)
-        for ax in panels[n:]:
-            ax.set_visible(False)
-        for ax in panels[:n]:
-            log_x(ax)
-            if ax.lines:
-                ax.legend(loc="best")
-            ax.grid(True, alpha=0.3)
-            ax.set_xlabel(x_label(axis))
-        fig.suptitle("MCQA over training")
-        save(fig, path)

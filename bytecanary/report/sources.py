@@ -1,7 +1,6 @@
-"""What ``bytecanary report`` reads: a training run folder (``metrics.jsonl``, ``probes.jsonl``),
-a records file (``probes.jsonl``'s shape, from ``bytecanary probe --out``) or a folder holding
-``probes.jsonl`` (a folder of checkpoints, a hub series); its records on one x-axis
-(``axis.place``); and the commands that make them again."""
+"""What ``bytecanary report`` reads (a run folder, a records file, or a folder holding ``probes.jsonl``),
+its records placed on one x-axis (``axis.place``), and the commands that make them again.
+"""
 
 from __future__ import annotations
 
@@ -116,24 +115,25 @@ def _read_config(path: Path) -> dict[str, Any]:
 def _probe_command(data: RunData, run: str) -> str:
     """``bytecanary probe`` over the run's checkpoints: with the probes and parameters of its
     config when it has them, else with the probes its records name."""
-    names = ",".join(dict.fromkeys(r.probe for r in data.probes))
+    names = ", ".join(dict.fromkeys(r.probe for r in data.probes))
     if data.config.get("probes"):
         return f"bytecanary probe {run}/checkpoints --config {run}/config.yaml --out {run}/probes.jsonl"
-    return f"bytecanary probe {run}/checkpoints --probes {names} --out {run}/probes.jsonl"
+    return f"bytecanary probe {run}/checkpoints --probes '[{names}]' --out {run}/probes.jsonl"
 
 
 def _records_commands(data: RunData) -> list[str]:
     """``bytecanary probe`` that makes the records again (a model id's revisions when every
     checkpoint is ``model@revision`` of one model, else the folder's checkpoints), and the report."""
-    names = ",".join(dict.fromkeys(r.probe for r in data.probes)) or "level0"
+    names = ", ".join(dict.fromkeys(r.probe for r in data.probes))
+    probes = f" --probes '[{names}]'" if names else ""  # none succeeded: the default probes
     models = {str(r.checkpoint).partition("@")[0] for r in data.probes}
     revisions = [str(r.checkpoint).partition("@")[2] for r in data.probes]
     what = str(data.run_dir)
     if len(models) == 1 and all(revisions):
-        what = f"{models.pop()} --revision {','.join(dict.fromkeys(revisions))}"
+        what = f"{models.pop()} --revision '[{', '.join(dict.fromkeys(revisions))}]'"
     per_step = f" --tokens_per_step {data.tokens_per_step}" if data.tokens_per_step else ""
     return [
-        f"bytecanary probe {what} --probes {names} --out {data.records}  # skips what it holds",
+        f"bytecanary probe {what}{probes} --out {data.records}  # skips what it holds",
         f"bytecanary report {data.records}{per_step}",
     ]
 

@@ -1,9 +1,6 @@
-"""The tables behind the report's figures: markdown in ``report.md``, ``wandb.Table`` in W&B.
-
-One row per probed checkpoint (validation rows merged in on ``tokens_seen``), columns
-named by the metric key they hold, so a header can say which way is better (``↑``/``↓``
-from ``keys.higher_is_better``). Absent data is ``-``; a statistic the data cannot
-support is ``n/a``.
+"""The tables behind the report's figures: markdown in ``report.md``, ``wandb.Table`` in W&B, one
+row per probed checkpoint, columns named by metric key so a header can say which way is better;
+absent data is ``-``, a statistic the data cannot support ``n/a``.
 """
 
 from __future__ import annotations
@@ -13,34 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from bytecanary import display, keys, settling
-from bytecanary.data.evalsets import TIERS
-from bytecanary.data.languages import LANGUAGES
-from bytecanary.report import analysis, figures, mcqa_trends, tier_gaps
-from bytecanary.report.analysis import Checkpoint, Convergence, Curve
-from bytecanary.report.axis import STEP_AXIS, Axis
-from bytecanary.report.mcqa_trends import CLOZE, DASHED, MERGED, SEPARATE
+from bytecanary.report import analysis, figures, sections
+from bytecanary.report.analysis import Checkpoint, Convergence
+from bytecanary.report.axis import STEP_AXIS
 
-_VALIDITY_COLUMNS = [
-    *(
-        (f"V {m} {lang}", keys.level0(lang, "all", m))
-        for m in ("partial", "strict")
-        for lang in ("all", *LANGUAGES)
-    ),
-    *((f"p_valid {lang}", keys.level0(lang, "all", "p_valid")) for lang in ("all", *LANGUAGES)),
-    ("p_valid SE all", keys.level0("all", "all", "p_valid_se")),
-]
-_TASK_COLUMNS = [  # (column, protocol or None for the task's own metric, metric, format)
-    ("letter sep acc", SEPARATE, "acc", ".3f"),
-    ("letter merged acc", MERGED, "acc", ".3f"),
-    ("cloze acc", CLOZE, "acc", ".3f"),
-    ("cloze acc_norm", CLOZE, "acc_norm", ".3f"),
-    ("M&D acc", DASHED, "acc", ".3f"),
-    ("McNemar p", None, "mcnemar_p", ".3g"),
-    *((name, None, name, ".3f") for name in ("fsi", "fsi_lo", "fsi_hi", "psi", "psi_lo", "psi_hi", "nfsi")),
-    ("n", None, "n", ",.0f"),
-]
 TOKENS = "tokens seen"
-PPL_LABELS = {keys.val_ppl(): "val ppl", keys.heldout(): "held-out ppl"}
+VAL_PPL_LABEL = "val ppl"
 
 
 @dataclass(frozen=True)
@@ -54,7 +29,7 @@ class Column:
     @property
     def header(self) -> str:
         """The label with ``↑``/``↓`` when the metric declares which way is better."""
-        up = keys.higher_is_better(self.key) if self.key else None
+        up = display.higher_is_better(self.key) if self.key else None
         return self.label if up is None else f"{self.label} {'↑' if up else '↓'}"
 
 
@@ -120,7 +95,7 @@ def _rows_by_checkpoint(
     return [[r["tokens"], r["step"], *(r.get(k) for k in row_keys)] for r in ordered]
 
 
-def _checkpoint_table(
+def checkpoint_table(
     name: str,
     title: str,
     metrics: list[dict[str, Any]],
@@ -129,7 +104,8 @@ def _checkpoint_table(
     ppl: str | None = None,
 ) -> Table:
     head = [Column(TOKENS, ","), Column("step", "")]
-    head += [Column(PPL_LABELS[ppl], ",.1f", ppl)] if ppl else []
+    labels = {keys.val_ppl(): VAL_PPL_LABEL, **{p.key: p.label for p in analysis.perplexities()}}
+    head += [Column(labels[ppl], ",.1f", ppl)] if ppl else []
     rows = _rows_by_checkpoint(metrics, cps, columns, ppl)
     return Table(name, title, head + [Column(label, ".3f", key) for label, key in columns], rows)
 
@@ -188,7 +164,7 @@ def _tolerance_table(conv: Convergence) -> Table:
 def _short_why(conv: Convergence, key: str, cell: tuple[float, float]) -> str:
     """Per cell without a ratio, which curve had no T(eps) and in one or two words why."""
     eps_v, eps_p = cell
-    name = analysis.RATIO_CURVES[key][0]
+    name = conv.named[key].name
     why = [
         f"{what} {c.settle(eps).state}"
         for what, c, eps in ((conv.ppl.key, conv.ppl, eps_p), (name, conv.curve(key), eps_v))
@@ -207,7 +183,7 @@ def _grid_tables(conv: Convergence) -> list[Table]:
     95% CI for every pair of the grid's tolerances, each heading with the curve's T(eps)."""
     tables = []
     for key, grid in conv.tolerance_grids.items():
-        name = analysis.RATIO_CURVES[key][0]
+        name = conv.named[key].name
         curve = conv.curve(key)
         p_eps, v_eps = conv.tolerance.grid(True), conv.tolerance.grid(False)
         columns = [Column(f"{name} \\ {conv.ppl.key}", "")] + [
@@ -230,148 +206,37 @@ def _grid_tables(conv: Convergence) -> list[Table]:
     return tables
 
 
-def _tier_tables(metrics: list[dict[str, Any]], cps: list[Checkpoint]) -> list[Table]:
-    tables = []
-    for lang in LANGUAGES:
-        columns = [(tier, keys.level0(lang, tier)) for tier in TIERS]
-        if any(c.value(k) is not None for c in cps for _, k in columns):
-            title = f"Level 0 V partial by tier, {lang}"
-            tables.append(_checkpoint_table(f"tiers_{lang}", title, metrics, cps, columns))
-    return tables
-
-
-def _gap_tables(cps: list[Checkpoint], axis: Axis) -> list[Table]:
-    """Common minus rare characters with the probe's 95% CI over characters: every metric at
-    the last checkpoint that has a gap, then V partial at every checkpoint."""
-    last = tier_gaps.last_with_gap(cps)
-    if last is None:
-        return []
-    groups = tier_gaps.groups(cps)
-    columns = [Column("language", ""), *(Column(label, "") for label in tier_gaps.GAP_METRICS.values())]
-    rows = [[g, *(tier_gaps.text(tier_gaps.gap(last, g, m)) for m in tier_gaps.GAP_METRICS)] for g in groups]
-    title = f"Tier gap, common - rare, at {tier_gaps.at(last, axis)} (value and 95% CI over characters)"
-    curve_columns = [Column(TOKENS, ","), Column("step", ""), *(Column(g, "") for g in groups)]
-    curve_rows = [
-        [c.tokens_seen, c.step, *(tier_gaps.text(tier_gaps.gap(c, g)) for g in groups)]
-        for c in cps
-        if tier_gaps.gap(c, "all") is not None
-    ]
-    return [
-        Table("tier_gap", title, columns, rows),
-        Table(
-            "tier_gap_curve",
-            "Tier gap over training, common - rare V partial (95% CI)",
-            curve_columns,
-            curve_rows,
-        ),
-    ]
-
-
-def _group_table(
-    name: str,
-    title: str,
-    cps: list[Checkpoint],
-    groups: dict[str, list[str]],
-    metrics: list[tuple[str, str, str | None]],
-) -> Table:
-    """Per checkpoint, the mean over each task group of each (label, metric, protocol) in
-    ``metrics``, as plotted; columns no group has are left out."""
-    columns, curves = [], []
-    for group, tasks in groups.items():
-        for label, metric, protocol in metrics:
-            curve = mcqa_trends.group_mean_curve(cps, tasks, metric, protocol)
-            columns.append(Column(f"{group} {label}", ".3f", curve.key))
-            curves.append(curve)
-    tokens = sorted({x for c in curves for x in c.tokens})
-    steps = {c.tokens_seen: c.step for c in cps}
-    rows = [[int(x), steps.get(int(x)), *(_value_at(c, x) for c in curves)] for x in tokens]
-    table = Table(name, title, [Column(TOKENS, ","), Column("step", ""), *columns], rows)
-    return table.without_empty_columns(keep=2)
-
-
-def _value_at(curve: Curve, x: float) -> float | None:
-    return curve.values[curve.tokens.index(x)] if x in curve.tokens else None
-
-
-def _mcqa_tables(cps: list[Checkpoint], series: dict[str, float], axis: Axis) -> list[Table]:
-    groups = mcqa_trends.task_groups(cps)
-    if not groups:
-        return []
-    accuracy = [(keys.PROTOCOL_LABELS[p], "acc", p) for p in figures.PROTOCOL_STYLES]
-    sensitivity = [("FSI", "fsi", None), ("PSI", "psi", None)]
-    last = next(c for c in reversed(cps) if any(keys.probe_of(k) == "mcqa" for k in c.metrics))
-    task_rows = [
-        [
-            t,
-            *(
-                last.value(mcqa_trends.mcqa_key(t, metric, protocol))
-                for _, protocol, metric, _ in _TASK_COLUMNS
-            ),
-        ]
-        for t in mcqa_trends.mcqa_tasks([last])
-    ]
-    task_columns = [
-        Column(label, fmt, mcqa_trends.mcqa_key("<task>", metric, protocol))
-        for label, protocol, metric, fmt in _TASK_COLUMNS
-    ]
-    at = axis.at(last.tokens_seen) if last.tokens_seen is not None else last.key
-    by_group = [
-        _group_table("mcqa_accuracy", "MCQA accuracy, mean over each task group", cps, groups, accuracy),
-        _group_table("mcqa_sensitivity", "FSI and PSI, mean over each task group", cps, groups, sensitivity),
-    ]
-    return [
-        *(t for t in by_group if len(t.columns) > 2),
-        Table(
-            "mcqa_tasks",
-            f"MCQA by task at the last probed checkpoint ({at})",
-            [Column("task", ""), *task_columns],
-            task_rows,
-        ).without_empty_columns(keep=1),
-        Table(
-            "mcqa_series",
-            "MCQA across checkpoints",
-            [Column("statistic", ""), Column("value", ".4g")],
-            [[k, v] for k, v in series.items()],
-        ),
-    ]
-
-
 def build_tables(
     metrics: list[dict[str, Any]], cps: list[Checkpoint], conv: Convergence, series: dict[str, float]
 ) -> list[Table]:
-    """Every table of the report, in the order of the figures they stand behind; on the step
-    axis without the tokens-seen column (the step column holds the x)."""
-    per_checkpoint = _checkpoint_table(
-        "per_checkpoint",
-        f"{conv.ppl_name.capitalize()} and Level 0 validity (greedy V, expected p_valid) per checkpoint",
-        metrics,
-        cps,
-        [(c, k) for c, k in _VALIDITY_COLUMNS if any(k in cp.metrics for cp in cps)],
-        ppl=conv.ppl.key,
+    """Every table of the report, in the order of the figures they stand behind (the sections'
+    after the convergence ones); on the step axis without the tokens-seen column (the step
+    column holds the x)."""
+    beside = [t for d in display.declared().values() if (t := d.ppl_table) is not None]
+    title = " and ".join([conv.ppl_name.capitalize(), *(t.title for t in beside)])
+    columns = [c for t in beside for c in t.columns if any(c[1] in cp.metrics for cp in cps)]
+    per_checkpoint = checkpoint_table(
+        "per_checkpoint", f"{title} per checkpoint", metrics, cps, columns, ppl=conv.ppl.key
     )
+    inputs = sections.Inputs(metrics, cps, conv.axis, series)
     tables = [
         per_checkpoint,
         _convergence_table(conv),
         _tolerance_table(conv),
         *_grid_tables(conv),
-        *_tier_tables(metrics, cps),
-        *_gap_tables(cps, conv.axis),
-        *_mcqa_tables(cps, series, conv.axis),
+        *(t for s in sections.every() if s.tables is not None for t in s.tables(inputs)),
         *_other_tables(metrics, cps),
     ]
     return [t.without(TOKENS) for t in tables] if conv.axis == STEP_AXIS else tables
 
 
-ANALYSED = ("level0", "level1", "mcqa")  # the probes the paper's analysis above reads
-
-
 def _other_tables(metrics: list[dict[str, Any]], cps: list[Checkpoint]) -> list[Table]:
-    """Per other probe, the columns of the table it declares (``bytecanary.display``), else
-    its headline keys (``keys.generic_headline``), per checkpoint."""
+    """Per probe that asks for one (``Display.report_table``), the columns of the table it
+    declares, else its headline keys (``keys.generic_headline``), per checkpoint."""
     seen = {k for c in cps for k in c.metrics}
-    probes = sorted({p for k in seen if (p := keys.probe_of(k))} - set(ANALYSED))
+    probes = sorted({p for k in seen if (p := keys.probe_of(k)) and display.display_of(p).report_table})
     return [
-        _checkpoint_table(
+        checkpoint_table(
             f"probe_{probe}", f"{probe} per checkpoint", metrics, cps, display.columns(probe, seen)[1]
         )
         for probe in probes

@@ -1,15 +1,6 @@
 """``bytecanary report PATH``: convergence analysis, figures and tables ("Beyond
-Perplexity: UTF-8 Validity in Byte-aware LMs", arXiv:2606.14122, abstract).
-
-Reads ``RUN_DIR/metrics.jsonl`` and ``RUN_DIR/probes.jsonl``, or a records file alone
-(``sources``), and writes ``report/`` beside them: ``convergence.png``, ``tiers.png``,
-``mcqa.png`` and ``report.md`` with the numbers behind every figure and the commands that
-reproduce them.
-The folder is built aside and swapped in whole, so a crash never leaves half a report.
-A malformed line of either file (torn, or a record whose ``metrics`` is not a mapping of
-numbers) is skipped with a warning naming ``file:line``: one bad line must not hide a
-long run. With a W&B run in ``RUN_DIR/wandb`` the figures and tables also go to that run
-(offline unless it can be online).
+Perplexity: UTF-8 Validity in Byte-aware LMs", arXiv:2606.14122), built aside and swapped in
+whole so a crash never leaves half a report (docs/report-and-wandb.md).
 """
 
 from __future__ import annotations
@@ -23,8 +14,8 @@ from bytecanary import keys, settling, stats
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_dir, check_output, read_jsonl
 from bytecanary.records import Record, merge, read
-from bytecanary.report import analysis, figures, mcqa_trends, tier_gaps
-from bytecanary.report.analysis import Checkpoint, Convergence
+from bytecanary.report import analysis, figures, sections
+from bytecanary.report.analysis import Convergence
 from bytecanary.report.axis import STEP_NOTE, TOKENS_AXIS, Axis
 from bytecanary.report.sources import RunData, commands, load_run, locate
 from bytecanary.report.tables import Table, build_tables
@@ -40,7 +31,7 @@ from bytecanary.tracking import (
 )
 
 REPORT_DIR = "report"
-FIGURES = ("convergence", "tiers", "mcqa")
+CONVERGENCE_FIGURE = "`convergence.png` (perplexity, greedy validity, expected validity p_valid)"
 _WANDB_RUN_DIR = re.compile(r"^(?:offline-)?run-(\d{8}_\d{6})-([A-Za-z0-9]+)$")
 
 
@@ -62,20 +53,19 @@ def render_markdown(data: RunData, conv: Convergence, tables: list[Table], notes
         f"is a parametric bootstrap (both curves perturbed by their noise, the detector rerun); "
         f"there is a ratio only when both curves converged."
     )
+    named = list(conv.named.items())
+    shown = [f"`{s.figure}.png` ({s.figure_note})" for s in sections.every() if s.figure]
     parts = [
         f"# bytecanary report: {data.source}\n",
         *([f"**{data.unfinished.removeprefix('note: ')}.**\n"] if data.unfinished else []),
         *([f"Perplexity: {conv.ppl_name}, `{conv.ppl.key}`.\n"] if conv.ppl.key != keys.val_ppl() else []),
         *([f"{STEP_NOTE}.\n"] if data.axis != TOKENS_AXIS else []),
-        f"{conv.explain()}{' (the paper reports about 2x).' if conv.ratio else '.'}\n",
-        f"{conv.explain(analysis.P_VALID_KEY)}.\n",
-        f"{conv.explain_tolerance()}.\n",
-        f"{conv.explain_tolerance(analysis.P_VALID_KEY)}.\n",
+        *(f"{conv.explain(k)}{f' ({r.note}).' if r.note and conv.ratios[k] else '.'}\n" for k, r in named),
+        *(f"{conv.explain_tolerance(k)}.\n" for k, _ in named),
         rule + "\n",
         tolerance_rule(conv.tolerance) + "\n",
-        "Figures: `convergence.png` (perplexity, greedy validity, expected validity p_valid), "
-        "`tiers.png` (validity by frequency tier), `mcqa.png` (MCQA protocols, FSI/PSI). Absent "
-        "data is `-`; a statistic the data cannot support is `n/a`.\n",
+        f"Figures: {', '.join([CONVERGENCE_FIGURE, *shown])}. Absent data is `-`; a statistic the data "
+        "cannot support is `n/a`.\n",
         *(t.markdown() for t in tables),
     ]
     if notes:
@@ -128,24 +118,19 @@ def wandb_run_id(run_dir: Path) -> str | None:
     return found[-1][1] if found else None
 
 
-def _scalars(conv: Convergence, cps: list[Checkpoint], series: dict[str, float]) -> dict[str, float]:
+def _scalars(conv: Convergence, inputs: sections.Inputs) -> dict[str, float]:
     """The report's numbers for the W&B run summary (absent ones left out)."""
-    p_valid = conv.curve(analysis.P_VALID_KEY)
-    numbers = {
-        "report/ppl_converged_tokens": conv.ppl.converged_at,
-        "report/validity_converged_tokens": conv.validity_tokens,
-        "report/validity_ppl_ratio": conv.ratio.value if conv.ratio else None,
-        "report/validity_ppl_ratio_lo": conv.ratio.lo if conv.ratio else None,
-        "report/validity_ppl_ratio_hi": conv.ratio.hi if conv.ratio else None,
-        "report/p_valid_converged_tokens": p_valid.converged_at if p_valid else None,
-        "report/p_valid_ppl_ratio": conv.p_valid_ratio.value if conv.p_valid_ratio else None,
-        "report/p_valid_ppl_ratio_lo": conv.p_valid_ratio.lo if conv.p_valid_ratio else None,
-        "report/p_valid_ppl_ratio_hi": conv.p_valid_ratio.hi if conv.p_valid_ratio else None,
-        "report/ppl_tolerance_tokens": conv.settling(conv.ppl).at,
-        **_tolerance_scalars(conv),
-        **tier_gaps.scalars(cps),
-        **series,
-    }
+    numbers: dict[str, float | None] = {"report/ppl_converged_tokens": conv.ppl.converged_at}
+    for key, named in conv.named.items():
+        curve, r = conv.curve(key), conv.ratios[key]
+        numbers[f"report/{named.name}_converged_tokens"] = curve.converged_at if curve else None
+        for end, value in (("", "value"), ("_lo", "lo"), ("_hi", "hi")):
+            numbers[f"report/{named.name}_ppl_ratio{end}"] = getattr(r, value) if r else None
+    numbers["report/ppl_tolerance_tokens"] = conv.settling(conv.ppl).at
+    numbers |= _tolerance_scalars(conv)
+    for section in sections.every():
+        numbers |= section.scalars(inputs) if section.scalars is not None else {}
+    numbers |= inputs.series
     return {k: v for k, v in numbers.items() if v is not None and not math.isnan(v)}
 
 
@@ -153,11 +138,11 @@ def _tolerance_scalars(conv: Convergence) -> dict[str, float | None]:
     """Per ratio curve, its T(eps) and its time-to-tolerance ratio to perplexity with the CI
     (at the default tolerances)."""
     out: dict[str, float | None] = {}
-    for key, (name, _) in analysis.RATIO_CURVES.items():
+    for key, named in conv.named.items():
         curve, r = conv.curve(key), conv.tolerance_ratio(key)
-        out[f"report/{name}_tolerance_tokens"] = conv.settling(curve).at if curve else None
+        out[f"report/{named.name}_tolerance_tokens"] = conv.settling(curve).at if curve else None
         for end, value in (("", "value"), ("_lo", "lo"), ("_hi", "hi")):
-            out[f"report/{name}_ppl_tolerance_ratio{end}"] = getattr(r, value) if r else None
+            out[f"report/{named.name}_ppl_tolerance_ratio{end}"] = getattr(r, value) if r else None
     return out
 
 
@@ -196,10 +181,10 @@ def log_to_wandb(
     scalars: dict[str, float],
     charts: dict[str, Any] | None = None,
 ) -> Path | None:
-    """Add the figures, tables and numbers to the run's own W&B run (resumed by id), and
-    first the probe records its history lacks (a sidecar's, ``tracking.records_to_merge``),
-    each once; returns the folder it wrote when it is offline (one more ``offline-run-*-<id>``
-    beside the training run's, resuming it)."""
+    """Add the figures, tables and numbers to the run's own W&B run (resumed by id), first the probe
+    records its history lacks (``tracking.records_to_merge``), each once; returns the folder it
+    wrote when offline (one more ``offline-run-*-<id>`` beside the training run's).
+    """
     import wandb
 
     run_id = wandb_run_id(data.run_dir)
@@ -221,7 +206,9 @@ def log_to_wandb(
     try:
         log_records(run, rows, home.detail)
         logged = True
-        media = {f"report/{name}": wandb.Image(str(report_dir / f"{name}.png")) for name in FIGURES}
+        media = {
+            f"report/{name}": wandb.Image(str(report_dir / f"{name}.png")) for name in sections.figures()
+        }
         media |= {f"report/table/{t.name}": wandb.Table(columns=t.labels, data=t.rows) for t in tables}
         run.log(media | (charts or {}))
         run.summary.update(scalars)
@@ -239,26 +226,23 @@ def write_report(
     tolerance: settling.Tolerance | None = None,
     tokens_per_step: int | None = None,
 ) -> Path:
-    """Write ``report/`` whole (figures and ``report.md``) into a run folder, or beside a
-    records file (``sources.locate``), and return it. ``wandb``: also log to a training run's
-    W&B run (default: when it has one, ``wandb_run_id``), with the probe records its history
-    lacks. Offline, it prints one ``wandb sync`` of the run's whole ``wandb/``: the training
-    run, a sidecar's and every report, each uploaded once (W&B marks what it synced). Records
-    without a training run have no W&B run to log to. ``tolerance``: the time-to-tolerance
-    settings (default ``settling.Tolerance()``); ``tokens_per_step``: places records without
-    tokens seen at step x N (``axis.place``)."""
+    """Write ``report/`` whole beside a run's or a records file's records (``sources.locate``) and return
+    it; ``wandb`` also logs to the training run's W&B run (default: when it has one), offline
+    printing one ``wandb sync`` of the run's whole ``wandb/`` (docs/report-and-wandb.md).
+    """
     check_output(locate(path)[0] / REPORT_DIR, folder=True)  # before the work: report/ may be a file
     data = load_run(path, tokens_per_step=tokens_per_step)
     conv = analysis.convergence(data.metrics, data.probes, tolerance, data.axis)
     cps = analysis.checkpoints(data.probes)
     notes: dict[str, str] = {}
-    series = mcqa_trends.mcqa_series(data.probes, notes) if mcqa_trends.mcqa_tasks(cps) else {}
-    tables = build_tables(data.metrics, cps, conv, series)
+    inputs = sections.Inputs(data.metrics, cps, data.axis, sections.series(data.probes, notes))
+    tables = build_tables(data.metrics, cps, conv, inputs.series)
     out = data.run_dir / REPORT_DIR
     with atomic_dir(out) as tmp:
         figures.plot_convergence(conv, tmp / "convergence.png")
-        figures.plot_tiers(cps, tmp / "tiers.png", data.axis)
-        figures.plot_mcqa(cps, tmp / "mcqa.png", data.axis)
+        for section in sections.every():
+            if section.figure and section.draw is not None:
+                section.draw(inputs, tmp / f"{section.figure}.png")
         (tmp / "report.md").write_text(render_markdown(data, conv, tables, notes), encoding="utf-8")
     if not data.training:
         if wandb:
@@ -266,7 +250,7 @@ def write_report(
         return out
     use_wandb = wandb_run_id(data.run_dir) is not None if wandb is None else wandb
     if use_wandb:
-        offline = log_to_wandb(data, out, tables, _scalars(conv, cps, series), curve_charts(conv))
+        offline = log_to_wandb(data, out, tables, _scalars(conv, inputs), curve_charts(conv))
         sync = offline_sync(offline, data.run_dir / "wandb")
         if sync:
             print(
@@ -278,20 +262,20 @@ def write_report(
 def report_summary(
     path: str | Path, tolerance: settling.Tolerance | None = None, tokens_per_step: int | None = None
 ) -> str:
-    """A few lines for the terminal: a note if the run is unfinished, the x-axis where it is
-    the step, what perplexity, V_partial and p_valid did, the ratios of the two to perplexity
-    (flat tail, and time to ``tolerance`` within this run), the tier gap, the share of the run
-    spent in probes, the report's path (after ``write_report``, which warned of any bad line
-    already)."""
+    """A few lines for the terminal, after ``write_report`` (which already warned of bad lines): what
+    perplexity, V_partial and p_valid did, their ratios to perplexity, the tier gap, the share of
+    the run spent in probes, the report's path, and whether the run is unfinished or on steps.
+    """
     data = load_run(path, on_bad=lambda message: None, tokens_per_step=tokens_per_step)
     cost = analysis.probe_cost(data.metrics)
+    drawn = ", ".join(f"{name}.png" for name in sections.figures())
     return "\n".join(
         [
             *([data.unfinished] if data.unfinished else []),
             *([STEP_NOTE] if data.axis != TOKENS_AXIS else []),
             *ratio_lines(data.metrics, data.probes, tolerance, data.axis),
             *([f"probes: {cost.describe()}"] if cost else []),
-            f"report: {data.run_dir / REPORT_DIR / 'report.md'} (+ {', '.join(f'{n}.png' for n in FIGURES)})",
+            f"report: {data.run_dir / REPORT_DIR / 'report.md'} (+ {drawn})",
         ]
     )
 
@@ -325,11 +309,11 @@ def ratio_lines(
         f"{settling.eps_text(eps.validity_tolerance, False)} vs {settling.eps_text(eps.ppl_tolerance, True)}"
     )
     lines = [f"{conv.ppl_name} {conv.describe(conv.ppl)}"]
-    for key, (name, what) in analysis.RATIO_CURVES.items():
-        curve, r = conv.curve(key), conv.ratios[key]
-        lines.append(f"{what} {conv.describe(curve) if curve else 'has no records'}")
-        paper = "; the paper reports about 2x" if key == analysis.HEADLINE_KEY else ""
-        ratio = ratio_text(r, paper) if r else f"n/a ({conv.why_no_ratio(key)})"
+    for key, named in conv.named.items():
+        name, curve, r = named.name, conv.curve(key), conv.ratios[key]
+        lines.append(f"{named.what} {conv.describe(curve) if curve else 'has no records'}")
+        note = f"; {named.note}" if named.note else ""
+        ratio = ratio_text(r, note) if r else f"n/a ({conv.why_no_ratio(key)})"
         lines.append(f"{name}/perplexity {axis.noun}: {ratio}")
         t = conv.tolerance_ratio(key)
         settled = (
@@ -338,5 +322,5 @@ def ratio_lines(
             else f"n/a ({conv.why_no_tolerance_ratio(key)})"
         )
         lines.append(f"{name}/perplexity {axis.noun} to tolerance ({within}, within this run): {settled}")
-    gap = tier_gaps.summary_line(analysis.checkpoints(probes), axis)
-    return [*lines, *([gap] if gap else [])]
+    cps = analysis.checkpoints(probes)
+    return [*lines, *(line for s in sections.every() if s.lines is not None for line in s.lines(cps, axis))]

@@ -51,7 +51,7 @@ def grid_lines(metrics: list[dict[str, float]], probes: list[Record]) -> list[st
                 else f"n/a: {conv.why_no_tolerance_ratio(key, (eps_v, eps_p))}"
             )
             tol = f"{settling.eps_text(eps_v, False)} vs {settling.eps_text(eps_p, True)}"
-            lines.append(f"{analysis.RATIO_CURVES[key][0]}/perplexity, {tol}: {cell}")
+            lines.append(f"{conv.named[key].name}/perplexity, {tol}: {cell}")
     return lines
 
 

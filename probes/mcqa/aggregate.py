@@ -1,12 +1,6 @@
-"""MCQA metrics from per-view log-likelihoods and graded answers, task by task.
-
-Per task and protocol: the scored metrics (``metrics``) on the unrotated views, with
-``permutations`` the spread of accuracy over rotations, the generative metrics on the
-views that were generated, and for NonsenseQA the distance to chance. Per task across
-protocols: McNemar between the two letter strategies, the wrapper indices (FSI / PSI /
-nFSI, strict, normalised and token-matched) and which wrapper won. Across tasks: the
-indices averaged with a bootstrap CI over tasks ("Format Sensitivity Index", arXiv
-2607.09665, table 2) and each wrapper's wins. Every key comes from ``bytecanary.keys``.
+"""MCQA metrics from per-view log-likelihoods and graded answers: per task and protocol, across
+protocols (McNemar, FSI / PSI / nFSI), and across tasks with a bootstrap CI ("Format
+Sensitivity Index", arXiv 2607.09665, table 2); every key from ``bytecanary.keys``.
 """
 
 from __future__ import annotations
@@ -16,8 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bytecanary import keys, stats
-from bytecanary.probes.mcqa import metrics, wrappers
+from bytecanary import stats
+from bytecanary.probes.mcqa import keys, metrics, wrappers
 from bytecanary.probes.mcqa.generation import Grades
 from bytecanary.probes.mcqa.views import View
 

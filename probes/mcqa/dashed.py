@@ -1,25 +1,6 @@
 """Matched-and-Dashed answer extraction (the Matched-and-Dashed (M&D) vs Select-and-Letter
-paper, section 2.2).
-
-A generated answer is reduced to text by the first rule of the hierarchy that fires:
-
-1. ``answer_is``: what follows the last ``answer is`` (space-tolerant, as the paper advises);
-2. ``answer_colon``: what follows the last ``Answer:``;
-3. ``option_text``: an option's exact text, the earliest one in the response (the longest
-   when two start at the same place);
-4. ``last_sentence``: the response's last sentence (Latin and CJK end marks);
-
-``none`` when the response is empty. The text is then matched to the option it is most
-similar to: character n-gram TF-IDF cosine by default (no model, works for every script),
-or a sentence-transformers model named by the user. No shared n-gram with any option
-means no match (scored wrong), so an empty or foreign answer cannot default to option A.
-
-The paper reads a model's whole response (instruct models, temperature 0.6, top-k 20,
-section 2.2); a base model's response has no end of its own, so generation stops at a
-blank line or where a new question starts (``STOPS``), as lm-evaluation-harness's
-chain-of-thought BBH tasks stop at ``"\\n\\n"`` and ``"Q"``: the rules take the *last*
-``answer is``, which must not come from an item the model went on to invent. (The paper's
-own remedy for slow generation is a shorter max_length, section 4.2.)
+paper, section 2.2): a rule hierarchy reduces an answer to text, matched to the most similar
+option; no shared n-gram means no match, so a foreign answer never defaults to option A.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from bytecanary import keys
 from bytecanary.display import Display, Table
-from bytecanary.keys import CLOZE, DASHED, MERGED, SEPARATE
+from bytecanary.probes.mcqa import keys as mkeys
+from bytecanary.probes.mcqa.keys import CLOZE, DASHED, MERGED, SEPARATE
 
 HEADLINE_ACROSS_TASKS = ("fsi", "fsi_lo", "fsi_hi", "psi", "psi_lo", "psi_hi")  # over tasks (``all``)
 
@@ -19,8 +20,11 @@ def headline(k: keys.ProbeKey) -> bool:
         return False
     task, protocol = k.fields
     if k.metric == "acc":
-        return task in keys.TASK_GROUPS or protocol == keys.CLOZE or keys.task_group(task) == task != "all"
+        return task in mkeys.TASK_GROUPS or protocol == mkeys.CLOZE or mkeys.task_group(task) == task != "all"
     return k.metric == "chance_gap" and task == "nonsenseqa"
+
+
+GROUPED = ("acc", "chance_gap")  # averaged over each task group for display
 
 
 def group_means(metrics: dict[str, float]) -> dict[str, float]:
@@ -29,10 +33,10 @@ def group_means(metrics: dict[str, float]) -> dict[str, float]:
     sums: dict[str, list[float]] = {}
     for key, value in metrics.items():
         k = keys.read(key)
-        if k is not None and k.probe == "mcqa" and len(k.fields) == 2 and k.metric in ("acc", "chance_gap"):
-            group = keys.task_group(k.fields[0])
-            if group in keys.TASK_GROUPS:
-                sums.setdefault(keys.mcqa(group, k.fields[1], k.metric), []).append(value)
+        if k is not None and k.probe == mkeys.MCQA and len(k.fields) == 2 and k.metric in GROUPED:
+            group = mkeys.task_group(k.fields[0])
+            if group in mkeys.TASK_GROUPS:
+                sums.setdefault(mkeys.mcqa(group, k.fields[1], k.metric), []).append(value)
     return {k: sum(v) / len(v) for k, v in sums.items()}
 
 
@@ -40,15 +44,24 @@ def group_means(metrics: dict[str, float]) -> dict[str, float]:
 TABLE = Table(
     "MCQA (accuracy, mean over tasks)",
     (
-        ("word sep", keys.mcqa("wordcomp", SEPARATE, "acc")),
-        ("word mrg", keys.mcqa("wordcomp", MERGED, "acc")),
-        ("word cloze", keys.mcqa("wordcomp", CLOZE, "acc")),
-        ("word M&D", keys.mcqa("wordcomp", DASHED, "acc")),
-        ("nons sep", keys.mcqa("nonsenseqa", SEPARATE, "acc")),
-        ("nons M&D", keys.mcqa("nonsenseqa", DASHED, "acc")),
-        ("FSI", keys.mcqa_task("all", "fsi")),
-        ("PSI", keys.mcqa_task("all", "psi")),
+        ("word sep", mkeys.mcqa("wordcomp", SEPARATE, "acc")),
+        ("word mrg", mkeys.mcqa("wordcomp", MERGED, "acc")),
+        ("word cloze", mkeys.mcqa("wordcomp", CLOZE, "acc")),
+        ("word M&D", mkeys.mcqa("wordcomp", DASHED, "acc")),
+        ("nons sep", mkeys.mcqa("nonsenseqa", SEPARATE, "acc")),
+        ("nons M&D", mkeys.mcqa("nonsenseqa", DASHED, "acc")),
+        ("FSI", mkeys.mcqa_task("all", "fsi")),
+        ("PSI", mkeys.mcqa_task("all", "psi")),
     ),
 )
 
-DISPLAY = Display(fields=("task", "protocol"), headline=headline, table=TABLE, derived=group_means)
+DISPLAY = Display(
+    fields=("task", "protocol"),
+    headline=headline,
+    table=TABLE,
+    metrics=mkeys.METRICS,
+    smooth=mkeys.SMOOTH,
+    derived=group_means,
+    sections=("bytecanary.probes.mcqa.report:MCQA_SECTION",),
+    report_table=False,
+)

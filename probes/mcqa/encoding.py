@@ -1,23 +1,6 @@
-"""How MCQA answers are tokenised: the space-tokenization trap (the space-tokenization trap
-MCQA paper, sections 1.1-1.2).
-
-Letter scoring reads the answer after ``Answer:``. *Merged*: the prompt ends ``Answer:``
-and the continuation is `` A`` (one token with its word-boundary marker, as the model
-writes it). *Separate*: the prompt ends with the space as a token of its own and the
-continuation is the bare letter. A SentencePiece-style tokenizer encodes both ``"A"`` and
-``" A"`` as ``▁A``, and lm-evaluation-harness moves a trailing space into the
-continuation, so *separate* silently becomes *merged* unless the ids are built by hand,
-as here: the tokenizer's own space token, then the letter's plain token (or its byte
-tokens when the vocabulary has none).
-
-Cloze scoring follows lm-evaluation-harness's ``_encode_pair`` for causal models, so
-the numbers are comparable with that harness: trailing whitespace of the context moves
-to the continuation, context + continuation are encoded together and the continuation is
-what follows the context's length. On an lm-eval task the prompt is the context encoded on
-its own, with the tokenizer's special tokens as lm-eval 0.4.13's ``HFLM.tok_encode`` adds
-them (``lm_eval_pair``), even where the tokenizer merges across the delimiter: lm-eval
-then scores tokens no single encoding holds, and so does the probe. Our own tasks keep
-the shared prompt of the whole encodings, without special tokens (``encode_pair``).
+"""How MCQA answers are tokenised (the space-tokenization trap MCQA paper, sections 1.1-1.2):
+letter ids built by hand so *separate* stays separate, and cloze pairs encoded as
+lm-evaluation-harness encodes them, so the numbers compare with it (docs/mcqa-probes.md).
 """
 
 from __future__ import annotations
@@ -101,10 +84,10 @@ def encode_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[i
 def lm_eval_pair(
     tokenizer: Any, context: str, continuation: str, special: bool | None = None
 ) -> tuple[list[int], list[int]]:
-    """lm-eval 0.4.13's (context ids, continuation ids) of one loglikelihood request: the
-    context encoded alone, the continuation what follows its length in the whole encoding
-    (``_encode_pair``); an empty context is the prefix token before the continuation encoded
-    alone. ``special``: the special tokens, as ``text_ids`` (None: lm-eval's default)."""
+    """lm-eval 0.4.13's (context ids, continuation ids) of one loglikelihood request (``_encode_pair``):
+    the context encoded alone, the continuation what follows it in the whole encoding; ``special``:
+    the special tokens as ``text_ids`` (None: lm-eval's default).
+    """
     if not context:
         cont = text_ids(tokenizer, continuation, False)
         if cont and cont[0] == prefix_token_id(tokenizer):

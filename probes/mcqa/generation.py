@@ -1,39 +1,6 @@
-"""The generative MCQA protocols: decode an answer to every prompt, then grade it.
-
-Decoding is greedy, or one sampled run per ``Sampling``; each batch of views samples with
-a seed of its own (from the run's seed and its first item), so DDP shards draw exactly
-what one process draws. Grading turns each answer into an option index (-1: none):
-Matched-and-Dashed extracts a text by its rule hierarchy and matches it to an option;
-a wrapper reads its strict and its normalised format.
-
-An answer ends at eos, at ``max_new_tokens``, or at the first stop string of its protocol,
-and its text is cut before that stop string (lm-evaluation-harness's ``generate_until``:
-``until: ["\\n"]`` and ``text.split(stop)[0]``). What stops each protocol, and why:
-
-- ``wrapper_plain``, ``wrapper_structured``: a newline. The answer field is one line
-  (``Answer: B``, ``answer: B``) and the strict formats are anchored at its start, so a
-  strict grade cannot change past it; what follows is the model's next invented item.
-- ``wrapper_structured_delim``: a newline or ``###``, the format's own field delimiter
-  (its strict format accepts either after the letter).
-- ``wrapper_json``: a newline. The opening ``{"answer": "`` and the object the prompt
-  asks for are one line; ``}`` cannot stop it, since the cut would drop the brace the
-  strict parse needs (only an object broken over lines after the opening loses its
-  strict grade).
-- ``wrapper_deliberate``: a blank line or ``\\nQuestion:``. The scratchpad runs over
-  several lines and ends with ``final answer: <letter>``; a blank line or a new question
-  ends that block (the end of the final-answer line cannot be a stop string: the cut
-  would drop the answer).
-- ``dashed``: a blank line or ``\\nQuestion:``. M&D reads the whole step-by-step response
-  and takes its last ``answer is``; lm-evaluation-harness's chain-of-thought BBH tasks
-  end such responses the same way (``"\\n\\n"``, ``"Q"``).
-
-Neither paper uses stop strings: "Format Sensitivity Index" (arXiv 2607.09665) caps
-generation at max_tokens=24 (section 3.4); the Matched-and-Dashed (M&D) vs
-Select-and-Letter paper generates instruct models' full responses at temperature 0.6,
-top-k 20 (section 2.2). A base model has no end of its own, and on its 24 tokens the
-stop mostly spares decoding that grading would ignore or, worse, read from an item the
-model made up. ``stop=False`` decodes every answer to eos or ``max_new_tokens``, as the
-papers do.
+"""The generative MCQA protocols: decode an answer to every prompt, then grade it to an option.
+Each batch samples with a seed of its own so DDP shards draw what one process draws; answers
+stop at their protocol's stop string, which neither paper uses (docs/mcqa-probes.md).
 """
 
 from __future__ import annotations
@@ -45,11 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.probes import batching
 from bytecanary.probes.engine import Decoding, Sampling, generate
-from bytecanary.probes.mcqa import dashed, wrappers
+from bytecanary.probes.mcqa import dashed, keys, wrappers
 from bytecanary.probes.mcqa.dashed import Matcher, extract
 from bytecanary.probes.mcqa.views import View
 from bytecanary.probes.models import context_size, output_size, pad_id

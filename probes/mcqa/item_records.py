@@ -1,12 +1,5 @@
-"""Per-item MCQA records: one JSON line per (item view, protocol), enough to recompute
-every metric and to join across checkpoints by fields alone.
-
-Each line starts with the probe's record context (checkpoint, step, tokens_seen, set by the
-caller), then names the task, protocol, item id and rotation (an lm-eval task's items add
-``source: lm_eval``, ``task_version`` and lm-eval's ``doc_id``). Scored protocols keep the
-choice log-likelihoods, the continuation ids and the prompt's last ids (the
-space-tokenization trap lives there); generative protocols keep every generated text, its
-strict and normalised predictions and, for M&D, the rule that fired.
+"""Per-item MCQA records: one JSON line per (item view, protocol), enough to recompute every
+metric and to join across checkpoints by fields alone (docs/mcqa-probes.md).
 """
 
 from __future__ import annotations
@@ -18,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from bytecanary import keys
+from bytecanary.probes.mcqa import keys
 from bytecanary.probes.mcqa.generation import GradedAnswers
 from bytecanary.probes.mcqa.lm_eval_tasks import LmEvalItem
 from bytecanary.probes.mcqa.views import View

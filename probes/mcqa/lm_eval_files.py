@@ -1,7 +1,5 @@
-"""What an lm-eval task depends on, read from its YAMLs' structure alone (``!function``
-references stay text, nothing is imported or loaded): the YAMLs it includes, the modules its
-``!function``s name, its local ``data_files``, and which YAMLs of a folder do not parse
-(lm-eval's index skips them without a word).
+"""What an lm-eval task depends on, read from its YAMLs' structure alone (nothing imported),
+including which YAMLs of a folder do not parse: lm-eval's index skips them without a word.
 """
 
 from __future__ import annotations

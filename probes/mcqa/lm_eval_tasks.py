@@ -1,22 +1,6 @@
-"""MCQA items from lm-evaluation-harness tasks: any ``output_type: multiple_choice`` task of
-its registry or of the user's own YAMLs (``include_path``), read through lm-eval itself.
-
-lm-eval's ``TaskManager`` builds each task from its YAML, and the task object gives every
-document's prompt (``doc_to_text``), choices, gold and few-shot context: its template
-language is never re-implemented here. lm-eval's prompts end where the answer begins, so
-an item is a continuation item: cloze scores ``target_delimiter + choice`` after lm-eval's
-whole context (description, the few-shot documents its sampler draws with lm-eval's
-default seed, the document's text), which makes cloze ``acc``/``acc_norm`` those of
-``lm_eval --tasks <task>`` item for item. The letter protocols show the document's text
-with its choices labelled A, B, C, ... after the same few-shot documents, answered; the
-probe's ``shots`` does not apply (the task's ``num_fewshot`` does). A multiple-input task
-(Winogrande: the choices are contexts, ``doc_to_text`` the gold's index) is cloze only:
-``target_delimiter + target`` after each choice's context, as lm-eval scores it.
-
-A task's language is its YAML's ``metadata: {language: ...}``, else a ``dataset_name``
-that is a language code bytecanary knows (xcopa_zh's ``zh``), else the ``language`` given
-with it. A name is looked up in ``include_path`` first (lm-eval's own precedence), so a
-task there costs no scan of lm-eval's registry (about 14k entries, seconds).
+"""MCQA items from any multiple-choice task of lm-evaluation-harness, read through lm-eval itself
+so its templates are never re-implemented and cloze ``acc``/``acc_norm`` equal those of
+``lm_eval --tasks <task>`` item for item (docs/mcqa-probes.md).
 """
 
 from __future__ import annotations
@@ -170,10 +154,10 @@ def _manager(include_path: str | None) -> Any:
 
 
 def _find(src: LmEvalSource) -> tuple[Any, Any]:
-    """(the task manager that knows ``src.name``, its index entry); an unknown name is one
-    line naming it and the nearest known name. lm-eval's index skips a YAML it cannot parse
-    without a word, so a broken YAML in ``include_path`` is named instead: before the
-    registry's scan if it mentions the name, else where the name is found nowhere."""
+    """(the task manager that knows ``src.name``, its index entry); an unknown name is one line naming
+    the nearest known one. lm-eval's index skips an unparsable YAML silently, so a broken YAML in
+    ``include_path`` that mentions the name is named instead.
+    """
     broken = broken_yamls(Path(src.include_path), src.name) if src.include_path else []
     paths = ([src.include_path] if src.include_path else []) + [None]
     for path in paths:

@@ -1,10 +1,6 @@
-"""Per-protocol MCQA metrics from per-item choice log-likelihoods (the space-tokenization
-trap MCQA paper, section 1; lm-evaluation-harness).
-
-Letters: ``acc`` (argmax), ``ece`` (softmax over the choices as confidence, 10 bins) and
-``brier`` (mean squared distance of that softmax to the one-hot answer). Cloze, as
-lm-evaluation-harness: ``acc``, ``acc_norm`` (log-likelihood / option length in
-characters) and ``acc_bytes`` (/ UTF-8 bytes; for CJK the two differ a lot).
+"""Per-protocol MCQA metrics from per-item choice log-likelihoods (the space-tokenization trap
+MCQA paper, section 1; lm-evaluation-harness): ``acc``, ``ece``, ``brier`` for letters;
+``acc``, ``acc_norm``, ``acc_bytes`` for cloze (per character vs per byte differ for CJK).
 """
 
 from __future__ import annotations
@@ -61,10 +57,10 @@ def generated_metrics(
     normalised: np.ndarray | None = None,
     rules: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """Generative protocols from (items, seeds) predicted options (-1: none): ``acc`` over
-    every generation; wrappers add ``parsable`` and the ``_normalised`` pair, M&D the
-    share of answers each extraction rule produced (``rule_<name>``), ``matched`` (share
-    that resembles some option) and ``acc_matched`` (accuracy among those)."""
+    """Generative protocols from (items, seeds) predicted options (-1: none): ``acc``; wrappers add
+    ``parsable`` and the ``_normalised`` pair, M&D each rule's share (``rule_<name>``), ``matched``
+    and ``acc_matched``.
+    """
     answers = np.asarray(answers)[:, None]
     out = {"acc": float((pred == answers).mean())}
     if normalised is not None:

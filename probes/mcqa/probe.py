@@ -1,31 +1,6 @@
-"""The ``mcqa`` probe: scored and generated protocols over the same items.
-
-Scored by likelihood: ``letter_separate`` (``Answer:`` + space token, bare letter),
-``letter_merged`` (``Answer:``, `` A``), ``cloze`` (each option's full text, encoded as
-lm-evaluation-harness does; HellaSwag-style items continue their context), as in the
-space-tokenization trap MCQA paper. Metrics: ``acc``, ``ece``, ``brier`` (letters) or
-``acc``, ``acc_norm``, ``acc_bytes`` (cloze); per task ``mcnemar_p`` between the two
-letter strategies on the same items; with ``permutations`` the options are rotated
-cyclically and ``acc_perm_spread`` is the max - min accuracy over rotations.
-
-Scored by generation (greedy, or ``seeds`` sampled runs at temperature 0.6 / top-k 20):
-``dashed`` (the Matched-and-Dashed protocol: ``acc`` and how often each extraction rule
-fired, ``rule_<name>``) and ``wrapper_<family>`` for the five wrappers of "Format
-Sensitivity Index" (arXiv 2607.09665): ``acc``, ``parsable``, their ``_normalised``
-variants, ``prompt_tokens``, with per task ``fsi``, ``psi``, ``nfsi`` and their bootstrap
-CIs (``_lo``, ``_hi``), the same on the token-matched subset (``fsi_matched``,
-``psi_matched``, ``matched_share``), ``delta_tok_median``, and ``wrapper_<family>/win``;
-``probe/mcqa/all/...`` averages FSI/PSI over tasks and counts wins. NonsenseQA tasks
-report ``chance_gap`` = acc - 1/choices and ``chance_distance`` = its absolute value for
-every protocol. Keys: ``keys.mcqa(task, protocol, metric)`` and ``keys.mcqa_task(task, metric)``.
-
-Tasks: the embedded word completion (``wordcomp_<lang>``, items `bytecanary prepare` drew
-from the data's held-out text), NonsenseQA (``nonsenseqa_<lang>``), any benchmark
-through ``datasets`` (one task per language when a file mixes languages) and any
-lm-evaluation-harness multiple-choice task (``lm_eval_tasks``). Per-item records
-(``records``) start with the ``Context`` (checkpoint, step, tokens_seen) ``aggregate`` is given.
-Where the work lives: ``views`` (encoding), ``generation`` (answers
-and grading), ``aggregate`` (metrics), ``item_records`` (per-item lines).
+"""The ``mcqa`` probe: scored protocols (letters, cloze) and generated ones (Matched-and-Dashed,
+the five wrappers of "Format Sensitivity Index", arXiv 2607.09665) over the same items, so the
+scoring traps show on one set (docs/mcqa-probes.md).
 """
 
 from __future__ import annotations
@@ -41,7 +16,6 @@ from bytecanary.data import wordcomp
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import warn
-from bytecanary.keys import CLOZE, GENERATED_PROTOCOLS, MCQA_PROTOCOLS, SCORED_PROTOCOLS
 from bytecanary.probes.dist import merge_shards, shard_indices
 from bytecanary.probes.engine import Sampling
 from bytecanary.probes.evalsets import DEFAULT_DATA_DIR, evalsets_dir
@@ -50,6 +24,7 @@ from bytecanary.probes.mcqa.dashed import Matcher
 from bytecanary.probes.mcqa.display import DISPLAY
 from bytecanary.probes.mcqa.generation import Answering, generate_answers, grade
 from bytecanary.probes.mcqa.item_records import write_item_records
+from bytecanary.probes.mcqa.keys import CLOZE, GENERATED_PROTOCOLS, MCQA_PROTOCOLS, SCORED_PROTOCOLS
 from bytecanary.probes.mcqa.lm_eval_tasks import LmEvalItem, LmEvalSource, task_source
 from bytecanary.probes.mcqa.prompts import labels
 from bytecanary.probes.mcqa.scoring import score_continuations
@@ -158,12 +133,10 @@ class McqaConfig(McqaItems, McqaProtocols, McqaGeneration, Sizes, PerSample):
 def fit_rows(
     views: Sequence[View], protocol: str, n_ctx: int
 ) -> tuple[list[list[int]], list[list[list[int]]], list[tuple[int, int]]]:
-    """Scoring rows of (prompt, continuations) for ``protocol``, each with its (view, first
-    choice); views without the protocol have none. A view whose prompt and longest choice fit
-    the context (``n_ctx``; 0: no limit) is one row over the shared prompt; one that does
-    not, or whose choices have prompts of their own (``View.choice_prompts``), is a row per
-    choice, its prompt cut as lm-eval cuts each request's, ``(prompt + choice)[-(n_ctx +
-    1):][:-1]``: the prompt's end, with as much before it as that choice leaves room for."""
+    """Scoring rows of (prompt, continuations) for ``protocol``, each with its (view, first choice):
+    one row over the shared prompt where it fits ``n_ctx`` (0: no limit), else a row per choice cut
+    as lm-eval cuts each request (docs/mcqa-probes.md).
+    """
     prompts, conts, owners = [], [], []
     for row, view in enumerate(views):
         if protocol not in view.encodings:
@@ -253,10 +226,10 @@ class McqaProbe(Probe):
         return [Sampling(cfg.temperature, cfg.top_k, seed=cfg.seed * 1000 + s) for s in range(cfg.seeds)]
 
     def validate(self, data_dir: Path | None) -> None:
-        """Load every item (benchmark rows, the prepared word-completion pools), so a bad
-        source stops a run (one line naming the file, task, row and column) before any model
-        loads. Per-item records join by (task, item id), so an id twice in a task is refused:
-        ``load_task`` names the rows of one source; here two sources making one task."""
+        """Load every item before any model loads, so a bad source stops a run with one line naming the
+        file, task, row and column; an item id twice in a task (two sources making one task) is refused,
+        since per-item records join by (task, item id).
+        """
         seen: set[tuple[str, str]] = set()
         items = self._items(data_dir)
         left_out = [p for p in self.protocols if p != CLOZE]
@@ -298,10 +271,10 @@ class McqaProbe(Probe):
         return out
 
     def prepare(self, tokenizer: Any, data_dir: Path | None) -> list[View]:
-        """Every view, those that generate first, each group shortest first: a batch then
-        holds rows of about one length, so padding costs little, and the generating views of
-        every task fill whole batches instead of a few rows in each (every rank sorts alike,
-        so DDP batches stay the same)."""
+        """Every view, the generating ones first, each group shortest first: batches hold rows of about
+        one length (little padding) and generation fills whole batches; every rank sorts alike, so DDP
+        batches stay the same.
+        """
         cfg = self.config
         limit = cfg.generative_per_task or (TRIAL_GENERATIVE if cfg.trial else None)
         items = self._items(data_dir)

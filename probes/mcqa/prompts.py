@@ -1,9 +1,6 @@
-"""MCQA prompts: label formats, k-shot blocks, the dashed (M&D) prompt, cyclic
-permutations of the options.
-
-A block is ``Question: ...``, one line per option, then ``Answer:`` with no trailing
-space (the space belongs to the scoring strategy, see ``encoding``). Shots are full
-blocks followed by `` <label>``.
+"""MCQA prompts: label formats, k-shot blocks, the dashed (M&D) prompt, cyclic permutations.
+A block ends ``Answer:`` with no trailing space: the space belongs to the scoring strategy
+(``encoding``).
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
-"""Log-likelihood of several continuations that share one prompt, in one pass per batch.
-
-An item is one row: its prompt, then each continuation but its last token, side by side.
-A 4D attention mask lets a continuation's tokens see the prompt and the earlier tokens of
-their own continuation only, and position ids restart after the prompt for every
-continuation, so each token sees exactly what it would in ``prompt + continuation`` alone.
-A continuation's first token is scored at the prompt's last position, its later tokens
-inside its own block. The prompt is computed once and no KV cache is copied: an item costs
-P + sum(C - 1) tokens where a pass per option (lm-evaluation-harness) costs sum(P + C - 1),
-and memory holds one row per item. Rows are batched in the given order, right-padded, and
-the LM head runs on the scored positions only. A test checks the results against one
-unbatched forward pass per (prompt, continuation).
-
-The fast path computes what the model's own forward computes only where the forward
-applies nothing after the head and every row fits its attention window. A model whose
-config post-processes logits (Gemma-2/3's ``final_logit_softcapping``, a ``logit_scale``,
-``logits_scaling``), or whose sliding window is shorter than a row, is scored through its
-own forward instead, one pass per prompt (``own_forward_reasons``): the same numbers as a
-plain forward per (prompt, continuation), at lm-eval's cost.
-
-Shape suffixes: B rows (one per prompt), T time, S scored tokens, D model width, V vocabulary.
+"""Log-likelihood of several continuations that share one prompt, in one pass per batch: a 4D
+mask lets each continuation see only the prompt and itself, so an item costs P + sum(C - 1)
+tokens instead of lm-eval's sum(P + C - 1) (docs/mcqa-probes.md#scoring).
 """
 
 from __future__ import annotations

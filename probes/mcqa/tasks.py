@@ -1,27 +1,6 @@
-"""MCQA items from real benchmarks through ``datasets``, in one normalised shape.
-
-Each schema names where a benchmark keeps its question, its choices and its answer;
-a YAML ``columns`` mapping overrides any of those names for a dataset that differs.
-Hub datasets and local json/jsonl/parquet files load the same way.
-
-| schema | question | choices | answer |
-|---|---|---|---|
-| mmlu | question | choices (list) | answer (index) |
-| arc, commonsenseqa | question | choices.text (list) | answerKey, matched in choices.label |
-| hellaswag | ctx | endings (list) | label (index) |
-| cmmlu | Question | A, B, C, D | Answer (letter) |
-| kmmlu | question | A, B, C, D | answer (1-based) |
-| jcommonsenseqa | question | choice0..choice4 | label (index) |
-
-An item's id is the row's ``id`` column when it has one (``columns: {id: ...}`` names
-another), else its row index. A file that mixes languages names its language column
-(``columns: {language: lang}``); its items then form one task per language,
-``<name>_<lang>``, so metrics and records are per language as for the embedded tasks.
-
-Each local json/jsonl/csv file is checked whole before ``datasets`` reads it (an empty
-file, bytes that are not UTF-8, malformed JSON, a lone surrogate), and every row's values
-as read; an item id twice in a task is refused too (per-item records join by it). Each is
-one line naming the file, the row and the column, before any model loads.
+"""MCQA items from real benchmarks through ``datasets``, in one normalised shape: a schema names
+where a benchmark keeps question, choices and answer (docs/mcqa-probes.md); local files are
+checked whole first, so a bad row is one line before any model loads.
 """
 
 from __future__ import annotations
@@ -376,10 +355,10 @@ def nonsense_items(language: str, n: int, seed: int = 0, n_choices: int = 4) -> 
 
 
 def word_completion_items(data_dir: Path, language: str, n: int, seed: int = 0) -> list[McqaItem]:
-    """The embedded task's first ``n`` items, from the pool ``bytecanary prepare`` built from
-    the held-out text (``bytecanary.data.wordcomp``). The data config's seed chose the
-    items; ``seed`` stays for the caller and changes nothing, so the items are those a
-    probe with seed 0 drew from held-out text at probe time on data prepared with seed 0."""
+    """The embedded task's first ``n`` items, from the pool ``bytecanary prepare`` built from held-out
+    text (``bytecanary.data.wordcomp``); the data config's seed chose them, and ``seed`` changes
+    nothing (kept for the caller).
+    """
     path = Path(data_dir) / "evalsets" / wordcomp.file_name(language)
     return [
         McqaItem(

@@ -1,9 +1,6 @@
-"""MCQA views: each item as the model sees it under every protocol, encoded once.
-
-A view is one presentation of an item (its options rotated by ``rotation``), with the
-prompt and continuation ids of every scored protocol and the prompt ids of every
-generative one. Generative protocols run on the unrotated view of the first items of a
-task only: a generated answer costs far more than a scored one.
+"""MCQA views: each item as the model sees it under every protocol (options rotated by
+``rotation``), encoded once. Only the unrotated views of a task's first items generate:
+a generated answer costs far more than a scored one.
 """
 
 from __future__ import annotations
@@ -13,10 +10,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bytecanary import keys
 from bytecanary.bytecodec import ByteCodec
 from bytecanary.errors import BytecanaryError
-from bytecanary.probes.mcqa import wrappers
+from bytecanary.probes.mcqa import keys, wrappers
 from bytecanary.probes.mcqa.encoding import (
     encode_pair,
     letter_merged,
@@ -45,9 +41,9 @@ class View:
 
 def cloze_encoding(tokenizer: Any, item: McqaItem, special: bool | None) -> tuple[list[int], list[list[int]]]:
     """Each option's full text after the question (or continuing the context), encoded as
-    lm-evaluation-harness does. An lm-eval task's: after its whole few-shot context encoded
-    on its own (with ``special`` tokens, ``lm_eval_pair``), the prompt of every option. Our
-    own tasks': the prompt is what every option's whole encoding shares."""
+    lm-evaluation-harness does: an lm-eval task's prompt is its whole context encoded alone
+    (``lm_eval_pair``); our own tasks' is what every option's whole encoding shares.
+    """
     if isinstance(item, LmEvalItem):
         with _naming(item):
             pairs = [

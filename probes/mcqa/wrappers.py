@@ -1,22 +1,6 @@
 """Prompt wrappers and the format-sensitivity indices FSI / PSI / nFSI ("Format Sensitivity
-Index", arXiv 2607.09665).
-
-Five wrapper families put the same content (question and lettered options) in different
-formats. Each ends where the model's answer begins: its ``opening`` (``Answer:``,
-``{"answer": "``, ...) closes the prompt, and extraction reads ``opening + generation``,
-so a base model is asked to fill the answer field, not to invent the format. Token
-control (section 3.3): every wrapper has a whitespace slot padded so that all five
-prompts of an item have the same number of characters (the longest wrapper's); the real
-token counts differ anyway and Delta_tok records by how much.
-
-Extraction is task-aware (the item's own labels, and its option texts) in two
-strictnesses: ``strict`` accepts only the exact format the wrapper asks for,
-``normalised`` forgives case, brackets, markdown fences and answers given as option text.
-Unparsable answers count as wrong (section 3.5).
-
-Generation stops where the asked-for answer ends (``STOPS``; the paper only caps it at
-max_tokens=24, section 3.4), and the text is cut before the stop string, as
-lm-evaluation-harness's ``generate_until`` does with ``until: ["\\n"]``.
+Index", arXiv 2607.09665): five formats of the same content, each ending where the answer field
+begins so a base model fills it, padded to equal characters (docs/mcqa-probes.md).
 """
 
 from __future__ import annotations
@@ -126,10 +110,9 @@ def delta_tok(token_counts: np.ndarray) -> np.ndarray:
 
 def sensitivity(correct: np.ndarray, parsable: np.ndarray, n_resamples: int = 1000, seed: int = 0) -> dict:
     """FSI, PSI, nFSI (eqs. 2-4) with percentile bootstrap 95% CIs over items (none when
-    ``n_resamples`` is 0).
-
-    ``correct`` and ``parsable`` are (items, wrappers, seeds) 0/1 arrays; a resample
-    draws whole items, so every wrapper sees the same items (their content is identical)."""
+    ``n_resamples`` is 0); ``correct``, ``parsable``: (items, wrappers, seeds) 0/1 arrays. A resample
+    draws whole items, so every wrapper sees the same items.
+    """
 
     def indices(rows: np.ndarray) -> dict[str, float]:
         acc = correct[rows].mean(axis=(0, 2))

@@ -119,3 +119,15 @@ def run_copy(trained, tmp_path, small_data) -> tuple[Path, Path]:
     """(copy of the trained run as ``tmp_path/runs/copy``, a config whose runs live beside it)."""
     run = copy_run(trained, tmp_path / "runs" / "copy")
     return run, micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs")
+
+
+@pytest.fixture
+def sigkill_probe(monkeypatch) -> None:
+    """The ``sigkill`` probe (killer.py) registered in this process for one test, to finish in
+    process what a killed subprocess began; its marker must exist, or it kills pytest."""
+    from bytecanary.probes.registry import PROBES
+
+    from .killer import SigkillProbe  # its first import registers it for good: taken back below
+
+    PROBES.pop("sigkill", None)
+    monkeypatch.setitem(PROBES, "sigkill", SigkillProbe)

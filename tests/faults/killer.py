@@ -1,7 +1,7 @@
 """A probe that SIGKILLs its own process, as a preemption in the middle of the probes would.
 
-Imported only by the training subprocesses of the fault tests (never by pytest itself, so
-the probe battery over every registered probe does not see it)."""
+Imported by the subprocesses of the fault tests, and registered in pytest only for the test
+that asks for the ``sigkill_probe`` fixture (the probe battery never sees it)."""
 
 import os
 import signal

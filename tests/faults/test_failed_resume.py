@@ -59,7 +59,7 @@ def test_a_step_retrained_after_a_kill_keeps_its_identity_and_is_probed_once(tmp
     weights = ckpts / "step0000008.safetensors"
     first = weights.read_bytes()
     out = tmp_path / "side.jsonl"  # a sidecar probed the step's first file
-    probe = ["probe", str(ckpts), "--probes", "level0", "--trial=true", "--wandb=false", "--out", str(out)]
+    probe = ["probe", str(ckpts), "--probes", "[level0]", "--trial=true", "--wandb=false", "--out", str(out)]
     assert main(probe) == 0
     (ckpts / "step0000008.ckpt").unlink()  # the kill: no full state of step 8
     (ckpts / "last.ckpt").unlink()

@@ -32,7 +32,7 @@ def hf(trained, tmp_path):
 
 def _probe(hf, out, *args):
     return main(
-        ["probe", str(hf), "--probes", "level0", "--trial=true", "--wandb=false", "--out", str(out), *args]
+        ["probe", str(hf), "--probes", "[level0]", "--trial=true", "--wandb=false", "--out", str(out), *args]
     )
 
 
@@ -40,7 +40,7 @@ def test_a_revision_of_a_local_folder_is_refused(hf, tmp_path, capsys):
     """transformers reads a local folder as checked out, whatever the revision: each
     revision would get the same numbers under another step."""
     out = tmp_path / "p.jsonl"
-    assert _probe(hf, out, "--revision", "step1,step2") == 2
+    assert _probe(hf, out, "--revision", "[step1, step2]") == 2
     one_error(capsys.readouterr().err, str(hf), "--revision", "local folder", "check each revision out")
     assert not out.exists()
 
@@ -236,7 +236,7 @@ def test_a_window_shorter_than_a_level1_prompt_is_decoded_through_the_models_own
     folder = _family_folder(byte_fallback_tokenizer, tmp_path / "mistral", cfg)
     out = tmp_path / "p.jsonl"
     (level1,) = (small_data / "evalsets").glob("level1*.json")
-    args = ["--probes", "level1", "--trial=true", "--eval_sets.level1", str(level1), "--wandb=false"]
+    args = ["--probes", "[level1]", "--trial=true", "--eval_sets.level1", str(level1), "--wandb=false"]
     assert main(["probe", str(folder), *args, "--out", str(out)]) == 0
     (row,) = read_records(out)
     assert row.ok and row.metrics

@@ -98,7 +98,7 @@ def test_an_eval_set_size_of_zero_is_refused(tmp_path, capsys):
     eval_cfg = {**yaml.safe_load(write_config(tmp_path / "ok.yaml").read_text())["eval"], "max_per_tier": 0}
     config = write_config(tmp_path / "small.yaml", eval=eval_cfg)
     assert main(["prepare", "--config", str(config), "--out", str(tmp_path / "data")]) == 2
-    one_error(capsys.readouterr().err, str(config), "eval.max_per_tier must be at least 1, got 0")
+    one_error(capsys.readouterr().err, str(config), "eval.max_per_tier: must be at least 1, got 0")
     assert not (tmp_path / "data").exists()
 
 
@@ -158,7 +158,7 @@ def _step8(trained) -> str:
 
 def test_the_no_model_guard_stands_on_the_loading_path(trained, tmp_path, no_model):
     """Control: good inputs do reach the loader the guard replaces."""
-    args = ["probe", _step8(trained), "--probes", "level0", "--trial=true", "--wandb=false"]
+    args = ["probe", _step8(trained), "--probes", "[level0]", "--trial=true", "--wandb=false"]
     with pytest.raises(pytest.fail.Exception, match="a model loaded"):
         main([*args, "--out", str(tmp_path / "p.jsonl")])
 
@@ -169,7 +169,15 @@ def test_a_bad_eval_set_is_one_line_before_a_model_loads(trained, tmp_path, caps
     bad = tmp_path / name
     bad.write_bytes(content)
     out = tmp_path / "p.jsonl"
-    args = ["probe", _step8(trained), "--probes", probe, f"--eval_sets.{probe}", str(bad), "--wandb=false"]
+    args = [
+        "probe",
+        _step8(trained),
+        "--probes",
+        f"[{probe}]",
+        f"--eval_sets.{probe}",
+        str(bad),
+        "--wandb=false",
+    ]
     assert main([*args, "--out", str(out)]) == 2
     line = one_error(capsys.readouterr().err, f"{bad}{problem}")
     assert line.startswith(f"error: probes: {probe}: {bad}: ")  # the probe's spec, then the file
@@ -311,7 +319,7 @@ def test_a_weights_file_of_the_wrong_shape_names_the_tensor_and_both_shapes(trai
     )
     out = tmp_path / "p.jsonl"
     assert (
-        main(["probe", str(bad), "--probes", "level0", "--trial=true", "--wandb=false", "--out", str(out)])
+        main(["probe", str(bad), "--probes", "[level0]", "--trial=true", "--wandb=false", "--out", str(out)])
         == 2
     )
     assert one_error(capsys.readouterr().err) == expected

@@ -10,7 +10,7 @@ from bytecanary.records import read as read_records
 
 from .conftest import copy_run
 
-PROBE = ["--probes", "level0", "--trial=true", "--wandb=false"]
+PROBE = ["--probes", "[level0]", "--trial=true", "--wandb=false"]
 
 
 def _probe(run, capsys) -> tuple[int, str]:

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from bytecanary.cli import main
-from bytecanary.keys import SCORED_PROTOCOLS
 from bytecanary.probes import batching, engine, numerics
+from bytecanary.probes.mcqa.keys import SCORED_PROTOCOLS
 from bytecanary.probes.numerics import is_oom, probe_dtype
 from bytecanary.probes.pipeline import Computed, OutOfMemory, Pipeline, _settle
 from bytecanary.probes.specs import build_probes
@@ -216,7 +216,7 @@ def test_each_dtype_is_its_own_measurement_and_float32_keeps_the_old_fingerprint
             "probe",
             str(trained),
             "--probes",
-            "level0",
+            "[level0]",
             "--trial=true",
             "--wandb=false",
             "--dtype",

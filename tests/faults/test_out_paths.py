@@ -19,7 +19,7 @@ RECORD = Record("c", 8, 32768, "level0", 1, "p", "ok", None, 0.1, 1, {"probe/lev
 def _probe(trained: Path, out: str | Path) -> int:
     weights = trained / "checkpoints" / "step0000004.safetensors"
     return main(
-        ["probe", str(weights), "--probes", "level0", "--trial=true", "--wandb=false", "--out", str(out)]
+        ["probe", str(weights), "--probes", "[level0]", "--trial=true", "--wandb=false", "--out", str(out)]
     )
 
 

@@ -12,6 +12,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+from bytecanary.cli import main
 from bytecanary.errors import BytecanaryError
 from bytecanary.train.cli import RunConfig, resume_from
 
@@ -38,15 +39,15 @@ def _train_rows(run: Path) -> list[tuple[int, float]]:
 
 
 @pytest.mark.slow
-def test_a_kill_before_the_first_training_state_resumes_from_step_0(tmp_path, small_data):
+def test_a_kill_before_the_first_training_state_resumes_from_step_0(tmp_path, small_data, capsys):
     config = micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs")
     run = tmp_path / "runs" / "k"
     args = ["train", "--config", str(config), "--run.name", "k", "--trainer.max_steps", "8"]
-    whole = bytecanary(*args)  # the uninterrupted run, at the same path, then moved aside
-    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert main(args) == 0  # the uninterrupted run, at the same path, then moved aside
     reference = shutil.move(run, tmp_path / "reference")
+    threads = {"OMP_NUM_THREADS": str(torch.get_num_threads())}  # as the reference's
 
-    killed = bytecanary(*args, prelude="import tests.faults.killer_state")
+    killed = bytecanary(*args, prelude="import tests.faults.killer_state", env=threads)
     assert killed.returncode == -9, killed.stderr[-3000:]
     ckpts = run / "checkpoints"
     (temp,) = ckpts.glob(".step0000004.ckpt.*.tmp")  # the full state, half written
@@ -54,12 +55,12 @@ def test_a_kill_before_the_first_training_state_resumes_from_step_0(tmp_path, sm
     first = shutil.copy(ckpts / "step0000004.safetensors", tmp_path / "first.safetensors")
 
     before = digests(run)
-    again = bytecanary(*args)  # without resume: the run folder is not started over silently
-    assert again.returncode == 2
-    last_error(again.stderr, str(run), "already holds checkpoints", "pass --run.resume=true")
+    capsys.readouterr()
+    assert main(args) == 2  # without resume: the run folder is not started over silently
+    last_error(capsys.readouterr().err, str(run), "already holds checkpoints", "pass --run.resume=true")
     assert digests(run) == before
 
-    resumed = bytecanary(*args, "--run.resume", "true")
+    resumed = bytecanary(*args, "--run.resume", "true", env=threads)
     assert resumed.returncode == 0 and "Traceback" not in resumed.stderr, resumed.stderr[-3000:]
     assert "starting again from step 0" in resumed.stderr and "removed 1 temp files" in resumed.stderr
     assert not [p for p in run.rglob(".*.tmp")]

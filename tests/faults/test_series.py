@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 from bytecanary.cli import main
 from bytecanary.records import read as read_records
 
-PROBE = ["--probes", "level0", "--trial=true", "--wandb=false"]
+PROBE = ["--probes", "[level0]", "--trial=true", "--wandb=false"]
 
 
 def _series(trained, folder):

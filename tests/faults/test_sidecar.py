@@ -24,7 +24,7 @@ from bytecanary.train.heartbeat import beating
 from .conftest import QUIET, ROOT, command, micro_config, one_error
 
 ENV = {**os.environ, **QUIET, "OMP_NUM_THREADS": "1"}
-WATCH = ["--probes", "level0", "--trial=true", "--series.interval", "0.2", "--wandb=false"]
+WATCH = ["--probes", "[level0]", "--trial=true", "--series.interval", "0.2", "--wandb=false"]
 GUARD = 300  # seconds: a guard against a hang, far above CI's pace; no test asserts a speed
 
 
@@ -46,9 +46,9 @@ def test_a_sidecar_probes_each_checkpoint_once_and_ends_with_the_run(tmp_path, s
         out,
     ]
     sidecar = subprocess.Popen(command(*watch), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
-    train = ["train", "--config", config, "--run.name", "side", "--trainer.max_steps", "12"]
-    trained = subprocess.run(command(*train), cwd=ROOT, env=ENV, capture_output=True, text=True)
-    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert f"for {run} to appear" in sidecar.stdout.readline()  # watching before training starts
+    train = ["train", "--config", str(config), "--run.name", "side", "--trainer.max_steps", "12"]
+    assert main(train) == 0  # the sidecar's process watches this one train
     assert not (run / "probes.jsonl").exists()  # training fired no probe itself
     assert finished_step(run) == 12 == finished_step(run / "checkpoints")
     beat = read_heartbeat(run)  # the attempt that finished said so, and that it ended
@@ -57,13 +57,11 @@ def test_a_sidecar_probes_each_checkpoint_once_and_ends_with_the_run(tmp_path, s
     assert sidecar.returncode == 0 and "the run finished at step 12: every checkpoint is probed" in stdout
     rows = read_records(out)
     assert [(r.step, r.status) for r in rows] == [(4, "ok"), (8, "ok"), (12, "ok")]  # in step order, once
-    longer = [*train[:-1], "16", "--run.resume", "true"]  # trained on: finished again, further
-    more = subprocess.run(command(*longer), cwd=ROOT, env=ENV, capture_output=True, text=True)
-    assert more.returncode == 0, more.stderr[-2000:]
+    assert main([*train[:-1], "16", "--run.resume", "true"]) == 0  # trained on: finished again, further
     assert finished_step(run) == 16 and (run / FINISHED).is_file()
 
 
-def test_a_sidecar_ends_with_one_line_once_its_training_is_killed(run_copy, tmp_path):
+def test_a_sidecar_ends_with_one_line_once_its_training_is_killed(run_copy, tmp_path, capsys):
     run, config = run_copy  # finished at step 8; resumed to 12 and SIGKILLed saving its full state
     resume = ["train", "--config", config, "--run.name", "copy", "--trainer.max_steps", "12"]
     killer = command(*resume, "--run.resume", "true", prelude="import tests.faults.killer_state")
@@ -73,17 +71,16 @@ def test_a_sidecar_ends_with_one_line_once_its_training_is_killed(run_copy, tmp_
     assert training.wait(timeout=GUARD) == -9
     beat = read_heartbeat(run)
     assert (beat.pid, beat.ended) == (training.pid, None) and finished_step(run) is None
+    missed = dataclasses.replace(beat, updated=beat.updated - 2 * beat.every)  # killed two beats ago
+    write_json(run / HEARTBEAT, dataclasses.asdict(missed))
     out = tmp_path / "side.jsonl"
-    start = time.monotonic()
-    sidecar = subprocess.run(
-        command("probe", "--watch", run, *WATCH, "--series.idle_limit", "2", "--out", out),
-        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=GUARD,
-    )  # fmt: skip
-    seconds = time.monotonic() - start  # the time to exit: what it took, bounded by GUARD
-    assert sidecar.returncode == 2, (seconds, sidecar.stdout[-2000:])
-    one_error(sidecar.stderr, f"{run}: its training stopped without finishing", f"pid {beat.pid}", "gone")
+    capsys.readouterr()
+    watch = ["probe", "--watch", str(run), *WATCH, "--series.idle_limit", "2", "--out", str(out)]
+    assert main(watch) == 2
+    sidecar = capsys.readouterr()
+    one_error(sidecar.err, f"{run}: its training stopped without finishing", f"pid {beat.pid}", "gone")
     assert [(r.step, r.status) for r in read_records(out)] == [(4, "ok"), (8, "ok"), (12, "ok")]
-    assert "nothing to do" not in sidecar.stdout  # nothing was said of a records file not yet written
+    assert "nothing to do" not in sidecar.out  # nothing was said of a records file not yet written
 
 
 def _replace(path, text: str) -> None:

@@ -49,9 +49,10 @@ def test_a_sidecars_probes_join_the_training_group_and_a_report_logs_them_into_i
     out = run / "probes.jsonl"  # where the report reads
     watch = ["probe", "--watch", run, "--config", config, "--series.interval", "0.2", "--out", out]
     sidecar = subprocess.Popen(command(*watch), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
-    train = ["train", "--config", config, "--run.name", "side", "--trainer.max_steps", "8"]
-    trained = subprocess.run(command(*train), cwd=ROOT, env=ENV, capture_output=True, text=True)
-    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert sidecar.stdout.readline().startswith(f"watching {run} ")  # before training starts
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    train = ["train", "--config", str(config), "--run.name", "side", "--trainer.max_steps", "8"]
+    assert main(train) == 0  # the sidecar's process watches this one train
     stdout, _ = sidecar.communicate(timeout=GUARD)
     assert sidecar.returncode == 0, stdout[-2000:]
     assert f"with the run's others (training, reports): wandb sync {run / 'wandb'}" in stdout
@@ -70,7 +71,6 @@ def test_a_sidecars_probes_join_the_training_group_and_a_report_logs_them_into_i
     assert wandb_run_id(run) == training_id  # the sidecar's folder is the newest: not the one resumed
     assert _probe_rows(_history(run, training_id)) == []  # training fired no probe
 
-    monkeypatch.setenv("WANDB_MODE", "offline")
     for report in (1, 2):
         assert main(["report", str(run)]) == 0
         wandb.teardown()  # flushed, as at the end of the command's process

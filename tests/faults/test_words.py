@@ -43,7 +43,7 @@ def test_a_task_yaml_with_a_syntax_error_is_named_not_reported_as_not_found(trai
     (tasks / "mc_x.yaml").write_text(BROKEN, encoding="utf-8")
     config = _mcqa_config(tmp_path / "probes.yaml", tasks)
     ckpt = str(trained / "checkpoints" / "step0000004.safetensors")
-    args = ["probe", ckpt, "--config", str(config), "--probes", "mcqa", "--wandb=false"]
+    args = ["probe", ckpt, "--config", str(config), "--probes", "[mcqa]", "--wandb=false"]
     assert main([*args, "--out", str(tmp_path / "p.jsonl")]) == 2
     line = one_error(capsys.readouterr().err, f"{tasks / 'mc_x.yaml'}: invalid YAML: {BROKEN_AT}", "'mc_x'")
     assert "not found in" not in line and not (tmp_path / "p.jsonl").exists()

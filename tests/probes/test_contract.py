@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from bytecanary import keys
+from bytecanary import display
 from bytecanary.probes import PROBES, build_probes
 from bytecanary.probes.registry import NO_CONTEXT
 
@@ -47,5 +47,5 @@ def test_probe_contract(name, wide_model, byte_fallback_tokenizer, small_data, t
 
     assert single, "at least one metric"
     assert all(k.startswith(f"probe/{name}/") for k in single)
-    undeclared = sorted(k for k in single if keys.metric(k) is None)
-    assert not undeclared, f"declare these in bytecanary.keys.METRICS: {undeclared[:5]}"
+    undeclared = sorted(k for k in single if display.metric(k) is None)
+    assert not undeclared, f"declare these in a display's metrics: {undeclared[:5]}"

@@ -8,11 +8,11 @@ import re
 import numpy as np
 import pytest
 
-from bytecanary.keys import GENERATED_PROTOCOLS, WRAPPER_FAMILIES
 from bytecanary.probes import get_probe
 from bytecanary.probes.mcqa import wrappers
 from bytecanary.probes.mcqa.dashed import Matcher, extract, tfidf_similarities
 from bytecanary.probes.mcqa.generation import stop_strings
+from bytecanary.probes.mcqa.keys import GENERATED_PROTOCOLS, WRAPPER_FAMILIES
 from bytecanary.probes.mcqa.prompts import content, dashed
 from bytecanary.probes.mcqa.tasks import McqaItem
 from bytecanary.probes.registry import NO_CONTEXT

@@ -5,21 +5,20 @@ finds it, and its records, the summary, the W&B payload and the report all show 
 import json
 import subprocess
 import sys
-import textwrap
-from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from bytecanary import display, keys, tracking
+from bytecanary import display, tracking
 from bytecanary.cli import main
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes import registry
 from bytecanary.records import read as read_records
 from bytecanary.report.summary import summary
 
+from ..conftest import installed_plugin
 from ..report.runs import TOKENS, make_run, record, write_jsonl
 
 TOY = '''
@@ -72,38 +71,17 @@ DECLARING = TOY.replace(
 )
 
 
-@contextmanager
-def _installed(folder, monkeypatch, source: str):
-    """A package of three files, its module and the two metadata files that register it,
-    installed for the test and then forgotten."""
-    (folder / "toyprobe-0.1.dist-info").mkdir(parents=True)
-    (folder / "toyprobe.py").write_text(textwrap.dedent(source))
-    (folder / "toyprobe-0.1.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: toyprobe\nVersion: 0.1\n"
-    )
-    (folder / "toyprobe-0.1.dist-info" / "entry_points.txt").write_text(
-        "[bytecanary.probes]\ntoy = toyprobe\n"
-    )
-    assert len([p for p in folder.rglob("*") if p.is_file()]) == 3
-    monkeypatch.syspath_prepend(str(folder))
-    display.discover.cache_clear()
-    yield
-    registry.PROBES.pop("toy", None)
-    display.DECLARED.pop("toy", None)
-    keys.METRICS.pop("logprob", None)
-    sys.modules.pop("toyprobe", None)
-    display.discover.cache_clear()
-
-
 @pytest.fixture
 def toy_plugin(tmp_path, monkeypatch):
-    with _installed(tmp_path / "plugin", monkeypatch, TOY):
+    folder = tmp_path / "plugin"
+    with installed_plugin(folder, monkeypatch, {"toyprobe": TOY}):
+        assert len([p for p in folder.rglob("*") if p.is_file()]) == 3
         yield
 
 
 @pytest.fixture
 def declaring_plugin(tmp_path, monkeypatch):
-    with _installed(tmp_path / "plugin", monkeypatch, DECLARING):
+    with installed_plugin(tmp_path / "plugin", monkeypatch, {"toyprobe": DECLARING}):
         yield
 
 
@@ -187,7 +165,7 @@ def test_a_probe_that_declares_its_display_is_shown_as_it_declares(declaring_plu
     write_jsonl(run / "probes.jsonl", rows)
     registry.load_probes()
     assert tracking.detail_columns("toy") == ("language",)
-    assert keys.higher_is_better("probe/toy/ja/logprob") is True
+    assert display.higher_is_better("probe/toy/ja/logprob") is True
     assert tracking.is_headline("probe/toy/ja/logprob") and not tracking.is_headline("probe/toy/all/logprob")
     printed = summary(run / "probes.jsonl").splitlines()
     at = printed.index("Toy log-probability")

@@ -12,6 +12,7 @@ from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 from bytecanary import display, keys
 from bytecanary.errors import BytecanaryError
 from bytecanary.probes import build_probes, get_probe
+from bytecanary.probes.ppl import heldout
 from bytecanary.probes.registry import NO_CONTEXT
 from bytecanary.probes.runner import with_cli_params
 
@@ -76,10 +77,10 @@ def reference(model, tok, data_dir, budget: int, seq_len: int) -> dict[str, floa
     sums["all"] = [sum(s[i] for s in sums.values()) for i in range(3)]
     out = {}
     for lang, (nll, tokens, size) in sums.items():
-        out[keys.heldout(lang, "ppl")] = math.exp(nll / tokens)
-        out[keys.heldout(lang, "bpb")] = nll / math.log(2) / size
-        out[keys.heldout(lang, "tokens")] = tokens
-        out[keys.heldout(lang, "bytes")] = size
+        out[heldout(lang, "ppl")] = math.exp(nll / tokens)
+        out[heldout(lang, "bpb")] = nll / math.log(2) / size
+        out[heldout(lang, "tokens")] = tokens
+        out[heldout(lang, "bytes")] = size
     return out
 
 
@@ -97,7 +98,7 @@ def test_equals_a_plain_forward_per_window(seq_len, long_model, data_tokenizer, 
     want = reference(long_model, data_tokenizer, small_data, BUDGET, seq_len or 1024)
     assert_matches(got, want)
     langs = ("en", "ja", "ko", "zh")
-    assert all(got[keys.heldout(lang, "tokens")] > (seq_len or 1024) for lang in langs), "several windows"
+    assert all(got[heldout(lang, "tokens")] > (seq_len or 1024) for lang in langs), "several windows"
 
 
 def test_windows_capped_at_the_model_context(random_model, byte_fallback_tokenizer, small_data):
@@ -132,8 +133,8 @@ def test_ranks_add_up_to_one_process(long_model, data_tokenizer, small_data, tmp
     first = rows[: len(rows) // 2]  # the single process's lines: one per document
     assert len(first) == len(prepared.documents)
     total_nll = sum(r["nll"] for r in first)
-    assert sum(r["tokens"] for r in first) == single[keys.heldout("all", "tokens")]
-    assert math.exp(total_nll / sum(r["tokens"] for r in first)) == pytest.approx(single[keys.heldout()])
+    assert sum(r["tokens"] for r in first) == single[heldout("all", "tokens")]
+    assert math.exp(total_nll / sum(r["tokens"] for r in first)) == pytest.approx(single[heldout()])
 
 
 def test_missing_data_folder_or_index_is_one_line(tmp_path):
@@ -162,10 +163,10 @@ def test_data_folder_from_the_command_line(small_data):
 
 
 def test_display_charts_ppl_and_bpb_and_tables_them():
-    names = [keys.heldout(lang, m) for lang in ("en", "all") for m in ("ppl", "bpb", "tokens", "bytes")]
+    names = [heldout(lang, m) for lang in ("en", "all") for m in ("ppl", "bpb", "tokens", "bytes")]
     title, columns = display.columns("ppl", names)
     assert title == "Held-out perplexity"
-    assert columns[:2] == [("ppl", keys.heldout(metric="ppl")), ("bpb", keys.heldout(metric="bpb"))]
-    assert columns[2:] == [("en", keys.heldout("en", "bpb"))]
+    assert columns[:2] == [("ppl", heldout(metric="ppl")), ("bpb", heldout(metric="bpb"))]
+    assert columns[2:] == [("en", heldout("en", "bpb"))]
     charted = {k for k in names if display.display_of("ppl").headline(keys.read(k))}
-    assert charted == {keys.heldout(lang, m) for lang in ("en", "all") for m in ("ppl", "bpb")}
+    assert charted == {heldout(lang, m) for lang in ("en", "all") for m in ("ppl", "bpb")}

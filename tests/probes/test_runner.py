@@ -12,10 +12,10 @@ import torch
 import yaml
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from bytecanary import keys
 from bytecanary.cli import main
 from bytecanary.probe_options import ProbeOptions
 from bytecanary.probes import level0, level1
+from bytecanary.probes.ppl import heldout
 from bytecanary.probes.runner import resolve, run, watch
 from bytecanary.records import read as read_records
 from bytecanary.report.writer import probe_ratio_lines
@@ -136,7 +136,7 @@ def test_a_changed_parameter_or_eval_set_redoes_that_probe_only(hf_model, tmp_pa
 def test_exported_model_and_revision_series(trained_run, small_data, tmp_path):
     hf = export(trained_run / "checkpoints" / "step0000008.safetensors", tmp_path / "hf")
     out = tmp_path / "p.jsonl"
-    assert _probe(str(hf), "--probes", "level0", "--out", str(out)) == 0
+    assert _probe(str(hf), "--probes", "[level0]", "--out", str(out)) == 0
     (row,) = read_records(out)
     assert row.step == 8 and row.tokens_seen == 8 * 8 * 32 and row.checkpoint == str(hf.resolve())
     # a Pythia-style series: a model id loaded at each revision, from the hub cache's layout
@@ -153,7 +153,8 @@ def test_exported_model_and_revision_series(trained_run, small_data, tmp_path):
         (repo / "refs" / rev).write_text(commit, encoding="utf-8")
     series = tmp_path / "pythia" / "probes.jsonl"
     level0 = str(small_data / "evalsets" / "level0_zh.json")
-    done = bytecanary("probe", "bc/tiny", "--revision", ",".join(revisions), "--probes", "ppl,level0",
+    listed = f"[{', '.join(revisions)}]"
+    done = bytecanary("probe", "bc/tiny", "--revision", listed, "--probes", "[ppl, level0]",
                       "--eval_sets.level0", level0, "--eval_sets.ppl", str(small_data), "--trial=true",
                       "--tokens_per_step", "2097152", "--wandb=false", "--out", str(series),
                       env={"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})  # fmt: skip
@@ -164,7 +165,7 @@ def test_exported_model_and_revision_series(trained_run, small_data, tmp_path):
     assert [r.step for r in level0_rows] == [1000, 2000, 3000]  # from the revision's name
     assert [r.tokens_seen for r in level0_rows] == [s * 2097152 for s in (1000, 2000, 3000)]
     assert level0_rows[0].metrics != level0_rows[1].metrics  # each revision's own weights
-    ppl = {r.step: r.metrics[keys.heldout()] for r in rows if r.probe == "ppl"}
+    ppl = {r.step: r.metrics[heldout()] for r in rows if r.probe == "ppl"}
     assert sorted(ppl) == [1000, 2000, 3000] and ppl[1000] > ppl[3000]  # the micro run learns
     # the records alone report: the held-out perplexity is the curve the ratios are taken against
     report_dir = series.parent / "report"
@@ -251,7 +252,7 @@ def test_cli_writes_a_wandb_offline_run(trained_run, tmp_path):
             str(trained_run / "checkpoints" / "step0000004.safetensors"),
             "--trial=true",
             "--probes",
-            "level0",
+            "[level0]",
             "--out",
             str(out),
         ],
@@ -278,14 +279,14 @@ def test_probe_parameters_from_a_config(trained_run, tmp_path, capsys):
     config.write_text(yaml.safe_dump({"probes": [{"name": "level0", "per_language": 2}, mcqa]}))
     out = tmp_path / "p.jsonl"
     ckpt = str(trained_run / "checkpoints" / "step0000008.ckpt")  # a full state probes too
-    assert _probe(ckpt, "--config", str(config), "--probes", "mcqa", "--out", str(out)) == 0
+    assert _probe(ckpt, "--config", str(config), "--probes", "[mcqa]", "--out", str(out)) == 0
     (row,) = read_records(out)
     assert row.probe == "mcqa" and row.metrics["probe/mcqa/nonsenseqa_en/n"] == 3
     assert "probe/mcqa/nonsenseqa_en/dashed/acc" in row.metrics
     assert not any("letter_merged" in k for k in row.metrics)
     capsys.readouterr()
-    assert _probe(ckpt, "--config", str(config), "--probes", "level1", "--out", str(out)) == 2
+    assert _probe(ckpt, "--config", str(config), "--probes", "[level1]", "--out", str(out)) == 2
     assert capsys.readouterr().err.strip() == f"error: {config}: probes: no entry for level1"
     config.write_text("probes: {name: level0}\n")
     assert _probe(ckpt, "--config", str(config), "--out", str(out)) == 2
-    assert "probes: expected a list" in capsys.readouterr().err
+    assert f"error: {config}: probes: expected list, got" in capsys.readouterr().err

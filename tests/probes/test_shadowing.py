@@ -46,7 +46,7 @@ def test_probe_runs_beside_a_users_train_py_and_probes_py(
         "module": [sys.executable, "-m", "bytecanary.cli"],
     }[launcher]
     level0 = eval_dir / "evalsets" / "level0_ja.json"
-    args = ["probe", str(model), "--probes", "level0", "--trial=true", "--eval_sets.level0", str(level0)]
+    args = ["probe", str(model), "--probes", "[level0]", "--trial=true", "--eval_sets.level0", str(level0)]
     args += ["--wandb=false", "--out", "probes.jsonl", "--threads", "1"]
     proc = subprocess.run([*command, *args], cwd=work, capture_output=True, text=True, env=os.environ)
     assert proc.returncode == 0, proc.stderr

@@ -21,7 +21,16 @@ def hf_folder(tmp_path, random_model, byte_fallback_tokenizer):
 
 def _probe(folder, eval_dir, out, env, *extra):
     level0 = eval_dir / "evalsets" / "level0_ja.json"
-    cmd = [sys.executable, "-m", "bytecanary.cli", "probe", str(folder), "--probes", "level0", "--trial=true"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bytecanary.cli",
+        "probe",
+        str(folder),
+        "--probes",
+        "[level0]",
+        "--trial=true",
+    ]
     cmd += ["--eval_sets.level0", str(level0), "--wandb=false", "--out", str(out), *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
     assert proc.returncode == 0, proc.stderr

@@ -42,7 +42,7 @@ def known(tmp_path, random_model, byte_fallback_tokenizer) -> Path:
 
 def _probe(eval_dir, out: Path, *args: str) -> int:
     level0 = str(eval_dir / "evalsets" / "level0_ja.json")
-    flags = ["--probes", "level0", "--trial=true", "--eval_sets.level0", level0, "--threads", "1"]
+    flags = ["--probes", "[level0]", "--trial=true", "--eval_sets.level0", level0, "--threads", "1"]
     return main(["probe", *args, *flags, "--out", str(out)])
 
 

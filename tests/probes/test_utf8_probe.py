@@ -6,8 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from bytecanary import keys
-from bytecanary.probes import get_probe
+from bytecanary.probes import get_probe, utf8_keys
 from bytecanary.probes.level0 import Level0Probe
 from bytecanary.probes.level1 import Level1Probe
 from bytecanary.probes.registry import NO_CONTEXT
@@ -71,7 +70,7 @@ def test_per_sample_records_name_checkpoint_and_item(
         context = Context(f"step{step}.ckpt", step, 4096 * step)
         metrics = probe.aggregate(prep, [probe.compute(wide_model, byte_fallback_tokenizer, prep)], context)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    n = int(metrics[keys.level0(metric="n") if level == 0 else keys.level1(metric="n")])
+    n = int(metrics[utf8_keys.level0(metric="n") if level == 0 else utf8_keys.level1(metric="n")])
     assert len(rows) == 2 * n
     by_key = {(r["checkpoint"], r["item_id"], r["k"]): r for r in rows}
     assert len(by_key) == 2 * n  # (checkpoint, item, k) names one row

@@ -28,6 +28,11 @@ TIER_GAP = 0.2  # common minus rare, in every metric
 N = {"all": 4096, **dict.fromkeys(LANGUAGES, 1024)}  # Level 0 samples per language
 TASKS = [f"{kind}_{lang}" for kind in ("wordcomp", "nonsenseqa") for lang in LANGUAGES]
 FAMILIES = ("plain", "json", "structured", "structured_delim", "deliberate")
+HEADLINE_KEY, P_VALID_KEY = "probe/level0/all/all/partial", "probe/level0/all/all/p_valid"
+VALIDITY_KEYS = {
+    f"probe/level0/{lang}/all/{m}" for lang in ("all", *LANGUAGES) for m in ("partial", "strict")
+}
+P_VALID_KEYS = {f"probe/level0/{lang}/all/p_valid" for lang in ("all", *LANGUAGES)}
 
 
 def _normal(t: int, name: str) -> float:

@@ -7,12 +7,29 @@ import math
 import numpy as np
 import pytest
 
-from bytecanary import display, keys, records, settling, stats
+from bytecanary import display, records, settling, stats
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_jsonl
-from bytecanary.report import analysis, mcqa_trends
+from bytecanary.probes.mcqa import trends_report as mcqa_trends
+from bytecanary.probes.mcqa.keys import CLOZE, mcqa
+from bytecanary.report import analysis
 
-from .runs import FAMILIES, FLIPS, PPL_AT, TASKS, TOKENS, VALIDITY_AT, N, make_run, p_valid_se, record
+from .runs import (
+    FAMILIES,
+    FLIPS,
+    HEADLINE_KEY,
+    P_VALID_KEY,
+    P_VALID_KEYS,
+    PPL_AT,
+    TASKS,
+    TOKENS,
+    VALIDITY_AT,
+    VALIDITY_KEYS,
+    N,
+    make_run,
+    p_valid_se,
+    record,
+)
 
 
 def _convergence(run):
@@ -24,14 +41,12 @@ def test_convergence_points_and_ratio_with_its_ci(tmp_path):
     assert conv.ppl.converged_at == PPL_AT and conv.ppl.se is None and conv.ppl.log
     curves = [*conv.validity.values(), *conv.p_valid.values()]
     assert all(c.state == stats.CONVERGED and c.converged_at == VALIDITY_AT for c in curves)
-    for r in (conv.ratio, conv.p_valid_ratio):
+    for r in (conv.ratio, conv.ratios[P_VALID_KEY]):
         assert r.value == pytest.approx(2.0)
         assert r.lo <= 2.0 <= r.hi and r.hi - r.lo < 0.5
         assert r.both_converged > 0.9
-    assert set(conv.validity) == set(analysis.VALIDITY_KEYS) and set(conv.p_valid) == set(
-        analysis.P_VALID_KEYS
-    )
-    headline = conv.validity[analysis.HEADLINE_KEY]
+    assert set(conv.validity) == set(VALIDITY_KEYS) and set(conv.p_valid) == set(P_VALID_KEYS)
+    headline = conv.validity[HEADLINE_KEY]
     assert headline.values[-1] == pytest.approx(0.9, abs=0.02)  # the failed record (0.0) is ignored
     # each point's SE: the binomial one of the n the probe recorded, or the scatter of the
     # checkpoints around it where that is larger
@@ -40,7 +55,7 @@ def test_convergence_points_and_ratio_with_its_ci(tmp_path):
     scatter = stats.local_noise(headline.tokens, headline.values)
     assert headline.se == pytest.approx(np.maximum(binomial, scatter))
     assert headline.noise_from == analysis.FROM_GREEDY
-    p_valid = conv.p_valid[analysis.P_VALID_KEY]
+    p_valid = conv.p_valid[P_VALID_KEY]
     assert p_valid.se == pytest.approx([p_valid_se(int(t), "all", "converges") for t in p_valid.tokens])
 
 
@@ -53,12 +68,12 @@ def test_convergence_points_and_ratio_with_its_ci(tmp_path):
 )
 def test_no_ratio_from_a_curve_that_did_not_converge(tmp_path, shape, state, words):
     conv = _convergence(make_run(tmp_path, validity=shape))
-    assert conv.ppl.converged_at == PPL_AT and conv.validity[analysis.HEADLINE_KEY].state == state
-    assert conv.ratio is None and conv.ratio_to_ppl(conv.validity[analysis.HEADLINE_KEY]) is None
+    assert conv.ppl.converged_at == PPL_AT and conv.validity[HEADLINE_KEY].state == state
+    assert conv.ratio is None and conv.ratio_to_ppl(conv.validity[HEADLINE_KEY]) is None
     assert conv.explain() == f"No validity/perplexity ratio: {words}"
-    assert conv.p_valid[analysis.P_VALID_KEY].state == state and conv.p_valid_ratio is None
+    assert conv.p_valid[P_VALID_KEY].state == state and conv.ratios[P_VALID_KEY] is None
     p_valid_words = words.replace("validity", "p_valid", 1)
-    assert conv.explain(analysis.P_VALID_KEY) == f"No p_valid/perplexity ratio: {p_valid_words}"
+    assert conv.explain(P_VALID_KEY) == f"No p_valid/perplexity ratio: {p_valid_words}"
 
 
 def test_too_few_points_have_no_convergence_point():
@@ -69,9 +84,9 @@ def test_too_few_points_have_no_convergence_point():
     assert conv.ppl.describe == "has too few points (3 < 4)"
     assert (
         conv.explain()
-        == "No validity/perplexity ratio: val/ppl has too few points (3 < 4); no Level 0 validity records"
+        == "No validity/perplexity ratio: val/ppl has too few points (3 < 4); no validity records"
     )
-    assert conv.explain(analysis.P_VALID_KEY).endswith("(3 < 4); no Level 0 p_valid records")
+    assert conv.explain(P_VALID_KEY).endswith("(3 < 4); no p_valid records")
     assert conv.validity == {} and conv.p_valid == {}
 
 
@@ -82,7 +97,7 @@ def test_greedy_flips_are_its_noise_and_p_valid_is_judged_on_its_own_se(tmp_path
     conv = _convergence(make_run(tmp_path, validity="flips"))
     assert conv.ppl.converged_at == PPL_AT
     for key, curve in conv.validity.items():
-        low, high = FLIPS[keys.metric(key).name]
+        low, high = FLIPS[display.metric(key).name]
         flipping = [i for i, t in enumerate(curve.tokens) if t >= VALIDITY_AT]
         amplitude = float(np.std([curve.values[i] for i in flipping]))
         assert amplitude == pytest.approx((high - low) / 2, rel=0.02)  # alternating: half the jump
@@ -105,9 +120,9 @@ def test_greedy_flips_are_its_noise_and_p_valid_is_judged_on_its_own_se(tmp_path
         assert curve.se == pytest.approx([p_valid_se(int(t), lang, "converges") for t in curve.tokens])
         assert max(curve.se) < 0.01 and curve.noise_from == analysis.FROM_P_VALID_SE
         assert curve.state == stats.CONVERGED and curve.converged_at == VALIDITY_AT
-    r = conv.p_valid_ratio
+    r = conv.ratios[P_VALID_KEY]
     assert r.value == pytest.approx(VALIDITY_AT / PPL_AT) and r.lo <= r.value <= r.hi
-    assert conv.explain(analysis.P_VALID_KEY) == (
+    assert conv.explain(P_VALID_KEY) == (
         f"Level 0 expected validity (all, p_valid) converges after 2.00x the tokens of perplexity "
         f"(95% CI {r.lo:.2f}-{r.hi:.2f}; 200,000 vs 100,000 tokens seen)"
     )
@@ -214,9 +229,9 @@ def test_task_groups_and_their_mean_curve():
         ("nonsenseqa", ["nonsenseqa_ja"]),
         ("mmlu", ["mmlu"]),
     ]
-    curve = mcqa_trends.group_mean_curve(cps, groups["wordcomp"], "acc", mcqa_trends.CLOZE)
+    curve = mcqa_trends.group_mean_curve(cps, groups["wordcomp"], "acc", CLOZE)
     assert curve.tokens == [8192.0] and curve.values == [pytest.approx(0.6)]
-    assert curve.key == keys.mcqa("<wordcomp_en,wordcomp_ja>", "cloze", "acc")
+    assert curve.key == mcqa("<wordcomp_en,wordcomp_ja>", "cloze", "acc")
     fsi = mcqa_trends.group_mean_curve(cps, groups["mmlu"], "fsi")
     assert fsi.tokens == [] and fsi.key == "probe/mcqa/<mmlu>/fsi"
 
@@ -242,12 +257,12 @@ def test_time_to_tolerance_of_the_fabricated_curves(tmp_path):
     a number."""
     conv = _convergence(make_run(tmp_path, validity="flips"))
     assert conv.settling(conv.ppl).at == PPL_AT
-    p_valid = conv.p_valid[analysis.P_VALID_KEY]
+    p_valid = conv.p_valid[P_VALID_KEY]
     assert conv.settling(p_valid).at == VALIDITY_AT
     assert conv.settling(conv.headline).state == settling.TOO_NOISY
-    r = conv.tolerance_ratio(analysis.P_VALID_KEY)
+    r = conv.tolerance_ratio(P_VALID_KEY)
     assert r.value == pytest.approx(2.0) and r.lo <= 2.0 <= r.hi and r.defined > 0.5
-    assert conv.explain_tolerance(analysis.P_VALID_KEY) == (
+    assert conv.explain_tolerance(P_VALID_KEY) == (
         "Within this run, Level 0 expected validity (all, p_valid) comes within ±0.01 of its final "
         "level after 2.00x the tokens perplexity needs to come within ±2% of its own "
         f"(95% CI {settling.ci_text(r)}; 200,000 vs 100,000 tokens seen)"
@@ -258,10 +273,10 @@ def test_time_to_tolerance_of_the_fabricated_curves(tmp_path):
         "validity too noisy to tell ±0.01 (noise"
     )
     # the grid: every pair of tolerances, the defaults among them
-    grid = conv.tolerance_grids[analysis.P_VALID_KEY]
+    grid = conv.tolerance_grids[P_VALID_KEY]
     assert set(grid) == {(v, p) for v in (0.005, 0.01, 0.02) for p in (0.01, 0.02, 0.05)}
     assert all(grid[(v, 0.02)].value == pytest.approx(2.0) for v in (0.005, 0.01, 0.02))
-    assert all(cell is None for cell in conv.tolerance_grids[analysis.HEADLINE_KEY].values())
+    assert all(cell is None for cell in conv.tolerance_grids[HEADLINE_KEY].values())
 
 
 def test_tolerances_are_settings(tmp_path):
@@ -276,8 +291,8 @@ def test_tolerances_are_settings(tmp_path):
         0.03,
     )
     assert conv.settling(conv.ppl).eps == pytest.approx(math.log1p(0.05))  # perplexity: within a factor 1.05
-    assert (0.03, 0.05) in conv.tolerance_grids[analysis.P_VALID_KEY]
-    assert conv.explain_tolerance(analysis.P_VALID_KEY).startswith(
+    assert (0.03, 0.05) in conv.tolerance_grids[P_VALID_KEY]
+    assert conv.explain_tolerance(P_VALID_KEY).startswith(
         "Within this run, Level 0 expected validity (all, p_valid) comes within ±0.03 of its final level"
     )
     for bad, flag in (

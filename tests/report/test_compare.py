@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from bytecanary.cli import main
-from bytecanary.report import compare, mcqa_trends
+from bytecanary.probes.mcqa import trends_report as mcqa_trends
+from bytecanary.report import compare
 from bytecanary.report.axis import STEP_NOTE
 from bytecanary.report.writer import report_summary
 

@@ -2,9 +2,11 @@
 
 from bytecanary import records
 from bytecanary.io import read_jsonl
-from bytecanary.report import analysis, figures
+from bytecanary.probes import utf8_report
+from bytecanary.probes.mcqa import report as mcqa_report
+from bytecanary.report import analysis, figures, sections
 
-from .runs import is_png, make_run
+from .runs import P_VALID_KEY, is_png, make_run
 
 
 def _draw_all(run, out):
@@ -13,8 +15,9 @@ def _draw_all(run, out):
     cps = analysis.checkpoints(probes)
     out.mkdir()
     figures.plot_convergence(conv, out / "convergence.png")
-    figures.plot_tiers(cps, out / "tiers.png")
-    figures.plot_mcqa(cps, out / "mcqa.png")
+    inputs = sections.Inputs([], cps, conv.axis, {})
+    utf8_report.draw_tiers(inputs, out / "tiers.png")
+    mcqa_report.draw(inputs, out / "mcqa.png")
 
 
 def test_every_figure_is_a_png(tmp_path):
@@ -40,7 +43,7 @@ def test_the_convergence_figure_draws_p_valid_in_a_panel_of_its_own_with_its_se(
     assert p_valid.get_ylabel() == "expected validity p_valid (0-1)"
     curves = {line.get_label(): line for line in p_valid.lines}
     assert {f"p_valid {lang}" for lang in ("all", "en", "ja", "ko", "zh")} <= set(curves)
-    want = conv.p_valid[analysis.P_VALID_KEY]
+    want = conv.p_valid[P_VALID_KEY]
     assert list(curves["p_valid all"].get_ydata()) == want.values
     # its band: one p_valid_se either side of each point
     band = {tuple(v) for v in p_valid.collections[0].get_paths()[0].vertices.round(9)}
@@ -53,7 +56,7 @@ def test_the_convergence_figure_draws_p_valid_in_a_panel_of_its_own_with_its_se(
     assert not any(line.get_label().startswith("p_valid") for line in greedy.lines)
     # the title states both ratios, and the time-to-tolerance ones
     title = " ".join(fig.get_suptitle().split())
-    assert conv.explain() in title and conv.explain(analysis.P_VALID_KEY) in title
+    assert conv.explain() in title and conv.explain(P_VALID_KEY) in title
     assert figures.tolerance_title(conv) in title
     assert "tokens to tolerance (±0.01 vs ±2%) over perplexity's: validity n/a, p_valid 2.00x" in title
     # a triangle where perplexity and p_valid come within their tolerance; V partial is too noisy
@@ -73,12 +76,12 @@ def test_records_without_p_valid_say_so_in_its_panel(tmp_path):
     conv = analysis.convergence(read_jsonl(run / "metrics.jsonl"), rows)
     p_valid = figures.convergence_figure(conv).axes[2]
     assert [t.get_text() for t in p_valid.texts] == ["no p_valid in the Level 0 records (probes.jsonl)"]
-    assert conv.explain(analysis.P_VALID_KEY) == "No p_valid/perplexity ratio: no Level 0 p_valid records"
+    assert conv.explain(P_VALID_KEY) == "No p_valid/perplexity ratio: no p_valid records"
 
 
 def test_the_accuracy_panel_draws_the_keys_protocols_under_their_labels():
-    assert list(figures.PROTOCOL_STYLES) == ["letter_separate", "letter_merged", "cloze", "dashed"]
-    assert figures.PROTOCOL_STYLES["letter_merged"] == ("tab:blue", "--")
+    assert list(mcqa_report.PROTOCOL_STYLES) == ["letter_separate", "letter_merged", "cloze", "dashed"]
+    assert mcqa_report.PROTOCOL_STYLES["letter_merged"] == ("tab:blue", "--")
 
 
 def test_tokens_read_at_a_glance():
@@ -89,7 +92,7 @@ def test_the_tiers_figure_draws_the_tier_gap_with_its_ci_band(tmp_path):
     from .runs import TOKENS, tier_gap
 
     cps = analysis.checkpoints(records.read(make_run(tmp_path) / "probes.jsonl"))
-    fig = figures.tiers_figure(cps)
+    fig = utf8_report.tiers_figure(cps)
     gap = next(ax for ax in fig.axes if ax.get_title().startswith("common - rare"))
     lines = {line.get_label(): line for line in gap.lines}
     assert set(lines) >= {"all", "ja", "ko", "zh"} and "en" not in lines
@@ -105,7 +108,7 @@ def test_the_tiers_figure_draws_the_tier_gap_with_its_ci_band(tmp_path):
         )
         for c in cps
     ]
-    assert not any(ax.get_title().startswith("common - rare") for ax in figures.tiers_figure(bare).axes)
+    assert not any(ax.get_title().startswith("common - rare") for ax in utf8_report.tiers_figure(bare).axes)
 
 
 def test_the_tier_legend_and_limits_hold_every_language(tmp_path):
@@ -119,7 +122,7 @@ def test_the_tier_legend_and_limits_hold_every_language(tmp_path):
         )
         for c in cps
     ]
-    fig = figures.tiers_figure(cps)
+    fig = utf8_report.tiers_figure(cps)
     (legend,) = fig.legends
     assert [t.get_text() for t in legend.get_texts()] == ["common", "uncommon", "rare", "unseen", "unseen_3b"]
     for ax in fig.axes[:4]:

@@ -5,13 +5,15 @@ a folder holding ``probes.jsonl``, and a folder with neither."""
 import contextlib
 import io
 import math
+import shlex
 
 import numpy as np
 import pytest
 
 from bytecanary import stats
-from bytecanary.cli import main
+from bytecanary.cli import _parse, main
 from bytecanary.errors import BytecanaryError
+from bytecanary.probes import utf8_report
 from bytecanary.report import analysis, figures
 from bytecanary.report.axis import STEP_AXIS, STEP_NOTE, TOKENS_AXIS, place
 from bytecanary.report.sources import load_run
@@ -94,8 +96,13 @@ def test_a_records_file_is_reported_beside_it_against_the_step(hub_file):
     assert f"| 1000 | {ppl(TOKENS[0]):,.1f} | " in md  # the held-out perplexity of the first revision
     assert "| converges at (steps) | x probe/ppl/val/all/ppl steps |" in md
     assert "| probe/ppl/val/all/ppl | 20 | converged | 5,000 | 1.00 |" in md
-    revisions = ",".join(f"step{s}" for s in STEPS)
-    assert f"bytecanary probe {HUB_MODEL} --revision {revisions} --probes ppl,level0 --out {hub_file}" in md
+    revisions = ", ".join(f"step{s}" for s in STEPS)
+    flags = f"--revision '[{revisions}]' --probes '[ppl, level0]' --out {hub_file}"
+    line = f"bytecanary probe {HUB_MODEL} {flags}"
+    assert line in md
+    _, kwargs = _parse(shlex.split(line)[1:])  # the line it prints is one the command takes
+    assert kwargs["options"].revision == [f"step{s}" for s in STEPS]
+    assert [spec.name for spec in kwargs["options"].probes] == ["ppl", "level0"]
 
 
 def test_the_step_axis_is_named_in_every_figure(hub_file):
@@ -106,7 +113,7 @@ def test_the_step_axis_is_named_in_every_figure(hub_file):
     assert fig.axes[2].get_xlabel() == "step (log scale)"
     assert fig.axes[0].get_ylabel() == "held-out perplexity (ppl probe) (log scale)"
     assert list(fig.axes[0].lines[0].get_xdata()) == STEPS
-    tiers = figures.tiers_figure(analysis.checkpoints(data.probes), data.axis)
+    tiers = utf8_report.tiers_figure(analysis.checkpoints(data.probes), data.axis)
     assert {ax.get_xlabel() for ax in tiers.axes if ax.get_xlabel()} == {"step (log scale)"}
     assert "steps to tolerance" in figures.tolerance_title(conv)
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from bytecanary.probes.mcqa import trends_report as mcqa_trends
 from bytecanary.records import read
-from bytecanary.report import mcqa_trends
-from bytecanary.report.summary import add_mcqa_series, summary
+from bytecanary.report.summary import add_series, summary
 
 from .runs import write_jsonl
 
@@ -173,7 +173,7 @@ class _Run:
 
 def test_the_finish_hook_puts_the_series_into_the_wandb_summary(records):
     run = _Run()
-    add_mcqa_series(records, run)
+    add_series(records, run)
     mcqa = [r for r in read(records) if r.probe == "mcqa"]
     want = mcqa_trends.mcqa_series(mcqa)
     assert run.summary.keys() == want.keys() and run.summary["probe/mcqa/all/cells"] == 0
@@ -181,7 +181,7 @@ def test_the_finish_hook_puts_the_series_into_the_wandb_summary(records):
     assert math.isnan(run.summary["probe/mcqa/all/parsability_beta"])
     one = records.parent / "one.jsonl"
     write_jsonl(one, mcqa[:1])
-    add_mcqa_series(one, run := _Run())
+    add_series(one, run := _Run())
     assert run.summary == {}  # one checkpoint: no statistic across checkpoints
 
 

@@ -10,12 +10,23 @@ import pytest
 from bytecanary.cli import main
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import read_jsonl
-from bytecanary.report import analysis, figures
+from bytecanary.probes import utf8_report
+from bytecanary.report import analysis, sections
 from bytecanary.report.tables import Column
 from bytecanary.report.writer import _scalars, curve_charts, load_run, report_summary, write_report
 
 from . import runs
-from .runs import TIER_GAP, TOKENS, assert_one_sync_of_every_offline_run, is_png, make_run, tier_gap
+from .runs import (
+    P_VALID_KEY,
+    P_VALID_KEYS,
+    TIER_GAP,
+    TOKENS,
+    VALIDITY_KEYS,
+    assert_one_sync_of_every_offline_run,
+    is_png,
+    make_run,
+    tier_gap,
+)
 
 
 def test_report_writes_valid_pngs(reported):
@@ -67,8 +78,8 @@ def test_report_md_gives_time_to_tolerance_and_its_grid(reported):
     data = load_run(run)
     conv = analysis.convergence(data.metrics, data.probes)
     flat_tail = md.index(f"\n\n{conv.explain()}")
-    assert md.index(f"\n\n{conv.explain_tolerance(analysis.P_VALID_KEY)}.\n") > flat_tail
-    assert conv.explain_tolerance(analysis.P_VALID_KEY).startswith(
+    assert md.index(f"\n\n{conv.explain_tolerance(P_VALID_KEY)}.\n") > flat_tail
+    assert conv.explain_tolerance(P_VALID_KEY).startswith(
         "Within this run, Level 0 expected validity (all, p_valid) comes within ±0.01 of its final level "
         "after 2.00x the tokens perplexity needs to come within ±2% of its own (95% CI "
     )
@@ -118,7 +129,8 @@ def test_the_tier_gap_is_read_everywhere_with_its_ci(reported):
     )
     assert f"; ja {ja[0]};" in stdout
     data = load_run(run)
-    numbers = _scalars(analysis.convergence(data.metrics, data.probes), analysis.checkpoints(data.probes), {})
+    conv = analysis.convergence(data.metrics, data.probes)
+    numbers = _scalars(conv, sections.Inputs(data.metrics, analysis.checkpoints(data.probes), conv.axis, {}))
     at_end = tier_gap(TOKENS[-1], "all")
     assert {k: numbers[k] for k in numbers if k.startswith("report/tier_gap")} == {
         f"report/tier_gap_{m}{e}": at_end[f"probe/level0/all/all/tier_gap_{m}{e}"]
@@ -160,10 +172,10 @@ def test_perplexity_only_run(tmp_path):
     assert is_png(out / "convergence.png")
     assert (out / "tiers.png").stat().st_size > 0 and (out / "mcqa.png").stat().st_size > 0
     md = (out / "report.md").read_text(encoding="utf-8")
-    assert "No validity/perplexity ratio: no Level 0 validity records." in md and "## MCQA" not in md
-    assert "No p_valid/perplexity ratio: no Level 0 p_valid records." in md
-    assert "validity/perplexity tokens: n/a (no Level 0 validity records)" in report_summary(run)
-    assert "\np_valid/perplexity tokens: n/a (no Level 0 p_valid records)" in report_summary(run)
+    assert "No validity/perplexity ratio: no validity records." in md and "## MCQA" not in md
+    assert "No p_valid/perplexity ratio: no p_valid records." in md
+    assert "validity/perplexity tokens: n/a (no validity records)" in report_summary(run)
+    assert "\np_valid/perplexity tokens: n/a (no p_valid records)" in report_summary(run)
 
 
 @pytest.mark.parametrize(
@@ -224,7 +236,7 @@ def test_failed_write_keeps_the_previous_report_whole(reported, tmp_path, monkey
     def boom(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(figures, "plot_tiers", boom)  # after convergence.png is written
+    monkeypatch.setattr(utf8_report, "tiers_figure", boom)  # after convergence.png is written
     with pytest.raises(RuntimeError, match="disk full"):
         write_report(run, wandb=False)
     assert {p.name: p.read_bytes() for p in (run / "report").iterdir()} == before
@@ -260,19 +272,19 @@ def test_report_logs_figures_to_the_runs_offline_wandb_run(tmp_path, monkeypatch
     # line_series: the values behind the charts
     assert charts == {"ppl_vs_tokens", "validity_vs_tokens", "p_valid_vs_tokens"}
     rows = json.loads(next(chart_dir.glob("validity_vs_tokens*.json")).read_text())["data"]
-    assert {r[1] for r in rows} == set(analysis.VALIDITY_KEYS)
+    assert {r[1] for r in rows} == set(VALIDITY_KEYS)
     rows = json.loads(next(chart_dir.glob("p_valid_vs_tokens*.json")).read_text())["data"]
-    assert {r[1] for r in rows} == set(analysis.P_VALID_KEYS)
+    assert {r[1] for r in rows} == set(P_VALID_KEYS)
 
 
 def test_wandb_summary_numbers_hold_both_ratios(tmp_path):
     run = make_run(tmp_path)
     data = load_run(run)
     conv = analysis.convergence(data.metrics, data.probes)
-    numbers = _scalars(conv, analysis.checkpoints(data.probes), {})
+    numbers = _scalars(conv, sections.Inputs(data.metrics, analysis.checkpoints(data.probes), conv.axis, {}))
     for name, r, curve in (
         ("validity", conv.ratio, conv.headline),
-        ("p_valid", conv.p_valid_ratio, conv.p_valid[analysis.P_VALID_KEY]),
+        ("p_valid", conv.ratios[P_VALID_KEY], conv.p_valid[P_VALID_KEY]),
     ):
         assert numbers[f"report/{name}_converged_tokens"] == curve.converged_at == 200_000
         assert [numbers[f"report/{name}_ppl_ratio{end}"] for end in ("", "_lo", "_hi")] == [
@@ -283,7 +295,7 @@ def test_wandb_summary_numbers_hold_both_ratios(tmp_path):
     # time to tolerance: p_valid's ratio with its CI; V partial is too noisy for 0.01, so absent
     assert numbers["report/ppl_tolerance_tokens"] == 100_000
     assert numbers["report/p_valid_tolerance_tokens"] == 200_000
-    t = conv.tolerance_ratio(analysis.P_VALID_KEY)
+    t = conv.tolerance_ratio(P_VALID_KEY)
     assert [numbers[f"report/p_valid_ppl_tolerance_ratio{end}"] for end in ("", "_lo", "_hi")] == [
         t.value,
         t.lo,
@@ -303,14 +315,14 @@ def test_report_states_both_ratios_when_greedy_validity_flips(tmp_path):
     data = load_run(run)
     conv = analysis.convergence(data.metrics, data.probes)
     assert f"\n\n{conv.explain()} (the paper reports about 2x).\n" in md
-    assert f"\n\n{conv.explain(analysis.P_VALID_KEY)}.\n" in md
-    assert conv.ratio is not None and conv.p_valid_ratio is not None
+    assert f"\n\n{conv.explain(P_VALID_KEY)}.\n" in md
+    assert conv.ratio is not None and conv.ratios[P_VALID_KEY] is not None
     assert "| probe/level0/all/all/p_valid | 40 | converged | 200,000 | 2.00 |" in md
     partial = next(
         line for line in md.splitlines() if line.startswith("| probe/level0/all/all/partial | 40 |")
     )
     assert "| converged |" in partial and partial.endswith("| max(probe n, local scatter) |")
-    r = conv.p_valid_ratio
+    r = conv.ratios[P_VALID_KEY]
     assert f"p_valid/perplexity tokens: 2.00x (95% CI {r.lo:.2f}-{r.hi:.2f})" in report_summary(run)
 
 

@@ -173,7 +173,7 @@ def test_355m_level0_probe(run_355m, tmp_path):
     probes.write_text(yaml.safe_dump({"probes": [{"name": "level0", "trial": True, "per_language": 2}]}))
     out = tmp_path / "probes.jsonl"
     ckpt = run_355m[0] / "checkpoints" / "last.ckpt"
-    cmd = [sys.executable, "-m", "bytecanary.cli", "probe", str(ckpt), "--probes", "level0", "--trial=true"]
+    cmd = [sys.executable, "-m", "bytecanary.cli", "probe", str(ckpt), "--probes", "[level0]", "--trial=true"]
     cmd += ["--wandb=false", "--config", str(probes), "--out", str(out), "--device", "cpu"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]

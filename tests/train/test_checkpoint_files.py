@@ -29,29 +29,9 @@ from bytecanary.train.checkpointing import (
 from bytecanary.train.export import export
 from bytecanary.train.model import ArchConfig, build_model, count_parameters
 
-from ..conftest import MICRO, run_train
+from .conftest import micro_config
 
 ROOT = Path(__file__).resolve().parents[2]
-# scheduled: 1, 2 (log-spaced), 4, 8, 12 (every 4); full states kept: multiples of 8, and the newest
-ARGS = ("--trainer.max_steps", "12", "--run.log_spaced_until", "2", "--run.keep_state_every", "8")
-
-
-def _config(path: Path, data: Path, root: Path) -> Path:
-    cfg = {
-        **MICRO,
-        "data": {**MICRO["data"], "data_dir": str(data)},
-        "run": {**MICRO["run"], "root": str(root)},
-    }
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-@pytest.fixture(scope="module")
-def run12(tmp_path_factory, small_data) -> tuple[Path, str]:
-    """(run folder, training stderr) of a 12-step micro run."""
-    root = tmp_path_factory.mktemp("ckpt_files")
-    proc = run_train(_config(root / "micro.yaml", small_data, root / "runs"), "--run.name", "r", *ARGS)
-    return root / "runs" / "r", proc.stderr
 
 
 def test_scheduled_steps_and_kept_states(tmp_path):
@@ -63,7 +43,7 @@ def test_scheduled_steps_and_kept_states(tmp_path):
 
 @pytest.mark.slow
 def test_layout_after_a_run(run12):
-    run, stderr = run12
+    run, proc = run12
     ckpts = run / "checkpoints"
     weights = [f"step{s:07d}.safetensors" for s in (1, 2, 4, 8, 12)]
     states = ["step0000008.ckpt", "step0000012.ckpt"]  # kept (a multiple of 8), newest
@@ -80,7 +60,7 @@ def test_layout_after_a_run(run12):
     )
     _, model = load_gpt2(ckpts / "step0000012.safetensors")
     plan = ScheduledCheckpoint(ckpts, 4, 2, "bfloat16", 8).disk_plan(model, 12)
-    assert plan.startswith("checkpoints: 5 x ") and " + 2 x " in plan and plan in stderr
+    assert plan.startswith("checkpoints: 5 x ") and " + 2 x " in plan and plan in proc.stderr
 
 
 @pytest.mark.slow
@@ -135,7 +115,7 @@ def test_the_plan_peak_holds_the_real_peak(tmp_path, small_data, monkeypatch):
         held.append(_bytes_held(Path(path).parent))  # the new state in place, the old not yet deleted
 
     monkeypatch.setattr(AtomicCheckpointIO, "save_checkpoint", measured)
-    config = _config(tmp_path / "micro.yaml", small_data, tmp_path / "runs")
+    config = micro_config(tmp_path / "micro.yaml", small_data, tmp_path / "runs")
     assert main(["--config", str(config), "--run.name", "p", "--trainer.max_steps", "8",
                  "--run.log_spaced_until", "2"]) == 0  # fmt: skip
     ckpts = tmp_path / "runs" / "p" / "checkpoints"

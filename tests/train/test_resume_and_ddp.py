@@ -1,6 +1,7 @@
 """SIGKILL mid-run + resume equals an uninterrupted run bit for bit, its old full states
 deleted behind it; 2-process CPU DDP."""
 
+import os
 import signal
 import subprocess
 import time
@@ -11,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from bytecanary.checkpoints import load_checkpoint
+from bytecanary.train.cli import main
 from bytecanary.train.datamodule import ShardBatches
 from bytecanary.train.loggers import read_metrics
 
@@ -40,20 +42,22 @@ def test_killed_run_resumes_exactly(micro, tmp_path):
         "--run.keep_state_every",
         "20",
     ]
-    run_train(micro, "--run.name", "whole", *args)
+    assert main(["--config", str(micro), "--run.name", "whole", *args]) == 0  # the reference
+    threads = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}  # as the reference's
 
     killed = tmp_path / "runs" / "killed"
     proc = subprocess.Popen(
         train_cmd(micro, "--run.name", "killed", *args),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=threads,
     )
     while not (killed / "checkpoints" / "step0000010.ckpt").exists() and proc.poll() is None:
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (killed / "checkpoints" / f"step{STEPS:07d}.ckpt").exists(), "killed too late to test"
-    run_train(micro, "--run.name", "killed", *args, "--run.resume", "true")
+    run_train(micro, "--run.name", "killed", *args, "--run.resume", "true", env=threads)
 
     whole, resumed = _weights(tmp_path / "runs" / "whole"), _weights(killed)
     assert whole.keys() == resumed.keys()

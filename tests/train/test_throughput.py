@@ -14,7 +14,7 @@ from bytecanary.train.loggers import read_metrics
 from bytecanary.train.model import ArchConfig, build_model
 from bytecanary.train.throughput import dense_peak_flops, flops_per_token, perf_metrics
 
-from ..conftest import run_train, wandb_records
+from ..conftest import wandb_records
 
 PERF = ("perf/tokens_per_s", "perf/samples_per_s")
 WALL = "perf/wall_seconds"
@@ -59,9 +59,9 @@ def test_perf_metrics_are_global_rates_and_per_device_mfu():
 
 
 @pytest.mark.slow
-def test_run_logs_throughput_on_the_tokens_seen_axis_and_no_mfu_on_cpu(micro, tmp_path):
-    run_train(micro, "--run.name", "p", "--run.wandb", "true", env={"WANDB_MODE": "offline"})
-    rows = read_metrics(tmp_path / "runs" / "p" / "metrics.jsonl")
+def test_run_logs_throughput_on_the_tokens_seen_axis_and_no_mfu_on_cpu(run12):
+    run, _ = run12
+    rows = read_metrics(run / "metrics.jsonl")
     perf = [r for r in rows if "perf/tokens_per_s" in r]
     train_steps = [r["step"] for r in rows if "train/loss" in r]
     assert [r["step"] for r in perf] == train_steps[1:]  # a rate needs one log interval first
@@ -70,7 +70,7 @@ def test_run_logs_throughput_on_the_tokens_seen_axis_and_no_mfu_on_cpu(micro, tm
         assert row["tokens_seen"] == row["step"] * 8 * 32
         assert row["perf/tokens_per_s"] == pytest.approx(row["perf/samples_per_s"] * 32)
     assert not any("perf/mfu" in r for r in rows)
-    (wandb_run,) = (tmp_path / "runs" / "p" / "wandb").glob("offline-run-*")
+    (wandb_run,) = (run / "wandb").glob("offline-run-*")
     history = [h["item"] for h in wandb_records(wandb_run, "history")]
     logged = [h for h in history if "perf/tokens_per_s" in h]
     assert [h["tokens_seen"] for h in logged] == [r["tokens_seen"] for r in perf]
@@ -102,8 +102,10 @@ def test_wall_seconds_hold_the_probes_and_carry_across_a_resume(micro, tmp_path)
     """perf/wall_seconds grows at every log step, has a last row once the final checkpoint's
     probes ran, holds all the logged probe seconds, and a resumed run goes on from the
     checkpoint's value instead of starting again at 0."""
+    from bytecanary.train.cli import main
+
     probes = ["--probes", "[{name: level0, trial: true, per_language: 4}]"]
-    run_train(micro, "--run.name", "w", "--trainer.max_steps", "4", *probes)
+    assert main(["--config", str(micro), "--run.name", "w", "--trainer.max_steps", "4", *probes]) == 0
     run_dir = tmp_path / "runs" / "w"
     first = _walls(run_dir)
     assert [step for step, _ in first] == [2, 4, 4]  # log steps, then the end of training
@@ -111,7 +113,8 @@ def test_wall_seconds_hold_the_probes_and_carry_across_a_resume(micro, tmp_path)
     probe_seconds = sum(v for r in read_metrics(run_dir / "metrics.jsonl") for k, v in r.items()
                         if k.startswith("perf/probe_seconds/"))  # fmt: skip
     assert 0 < probe_seconds < first[-1][1]
-    run_train(micro, "--run.name", "w", "--trainer.max_steps", "8", "--run.resume", "true", *probes)
+    resume = ["--run.name", "w", "--trainer.max_steps", "8", "--run.resume", "true", *probes]
+    assert main(["--config", str(micro), *resume]) == 0
     resumed = [(step, w) for step, w in _walls(run_dir) if step > 4]
     assert [step for step, _ in resumed] == [6, 8, 8]
     assert resumed[0][1] > first[1][1]  # the step-4 checkpoint's wall time, plus this process's

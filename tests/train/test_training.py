@@ -1,8 +1,6 @@
 """Training end to end: loss falls, schedule, metrics, W&B offline, export, bad input."""
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,8 @@ from bytecanary.train.export import export
 from bytecanary.train.loggers import read_metrics
 from bytecanary.train.model import ArchConfig, build_model, count_parameters
 
-from ..conftest import run_train, train_cmd, wandb_records
+from ..conftest import wandb_records
+from .conftest import STEPS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,14 +43,14 @@ def test_355m_preset_has_gpt2_medium_shape():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny.yaml", "gpt2-355m.yaml"])
-def test_training_configs_parse(name, small_data):
-    out = subprocess.run(
-        train_cmd(ROOT / "configs" / name, "--data.data_dir", str(small_data), "--print_config"),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    printed = yaml.safe_load(out.stdout)
+def test_training_configs_parse(name, small_data, capsys):
+    from bytecanary.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["train", "--config", str(ROOT / "configs" / name), "--data.data_dir", str(small_data),
+              "--print_config"])  # fmt: skip
+    assert done.value.code in (0, None)
+    printed = yaml.safe_load(capsys.readouterr().out)
     assert printed["data"]["data_dir"] == str(small_data)
     assert printed["model"]["arch"]["n_positions"] in (256, 1024)  # data.seq_len follows it
     assert set(printed) >= {"model", "data", "trainer", "run"}
@@ -59,7 +58,10 @@ def test_training_configs_parse(name, small_data):
 
 @pytest.mark.slow
 def test_micro_run_learns_and_writes_the_run_folder(micro, tmp_path):
-    run_train(micro, "--run.name", "a", "--trainer.max_steps", "24", "--run.log_spaced_until", "4")
+    from bytecanary.train.cli import main
+
+    args = ["--run.name", "a", "--trainer.max_steps", "24", "--run.log_spaced_until", "4"]
+    assert main(["--config", str(micro), *args]) == 0
     run = tmp_path / "runs" / "a"
     saved = sorted(p.name for p in (run / "checkpoints").iterdir())
     weights = {f"step{s:07d}.safetensors" for s in {1, 2, 4, 8, 12, 16, 20, 24}}
@@ -88,22 +90,15 @@ def test_log_spaced_schedule():
 
 
 @pytest.mark.slow
-def test_wandb_offline_run_holds_the_curves(micro, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_MODE")}
-    proc = subprocess.run(
-        train_cmd(micro, "--run.name", "w", "--run.wandb", "true", "--trainer.max_steps", "8"),
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = list((tmp_path / "runs" / "w" / "wandb").glob("offline-run-*"))
+def test_wandb_offline_run_holds_the_curves(run12):
+    run, proc = run12
+    runs = list((run / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     synced = [line for line in (proc.stderr + proc.stdout).splitlines() if "wandb sync" in line]
     assert synced == [f"W&B offline run saved; upload it with: wandb sync {runs[0]}"]  # once, this run
     history = _wandb_history(runs[0])
     assert any("val/ppl" in h and "tokens_seen" in h for h in history)
-    assert max(h.get("tokens_seen", 0) for h in history) == 8 * 8 * 32
+    assert max(h.get("tokens_seen", 0) for h in history) == STEPS * 8 * 32
     axis = _wandb_defined_metrics(runs[0])
     assert axis.get("val/*") == "tokens_seen" and axis.get("train/*") == "tokens_seen"
 
@@ -118,11 +113,10 @@ def _wandb_defined_metrics(run_dir: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_export_round_trip(micro, tmp_path):
+def test_export_round_trip(run12, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    run_train(micro, "--run.name", "e", "--trainer.max_steps", "4")
-    ckpt = tmp_path / "runs" / "e" / "checkpoints" / "last.ckpt"
+    ckpt = run12[0] / "checkpoints" / "last.ckpt"
     out = export(ckpt, tmp_path / "hf")
     assert (out / "model.safetensors").exists()
     model = AutoModelForCausalLM.from_pretrained(str(out)).eval()
@@ -133,4 +127,4 @@ def test_export_round_trip(micro, tmp_path):
     ref.load_state_dict(state)
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, ref(ids).logits, rtol=0, atol=0)
-    assert json.loads((out / "bytecanary.json").read_text())["step"] == 4
+    assert json.loads((out / "bytecanary.json").read_text())["step"] == STEPS

@@ -3,7 +3,6 @@
 Read back from the offline run's own records, as W&B wrote them."""
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ import yaml
 from bytecanary.io import read_jsonl
 from bytecanary.tracking import HEADLINE_LIMIT, WandbView
 
-from ..conftest import run_train, wandb_records
+from ..conftest import wandb_records
 
 PROBES = [
     {"name": "level0", "trial": True, "per_language": 6},
@@ -110,11 +109,17 @@ def test_view_splits_headline_from_detail_and_sets_summaries():
 
 
 @pytest.mark.slow
-def test_offline_run_has_headline_scalars_detail_tables_and_the_tokens_seen_axis(micro, tmp_path):
+def test_offline_run_has_headline_scalars_detail_tables_and_the_tokens_seen_axis(
+    micro, tmp_path, monkeypatch
+):
+    from bytecanary.train.cli import main
+
     config = tmp_path / "probes.yaml"
     config.write_text(yaml.safe_dump({"probes": PROBES, "run": {"wandb": True, "checkpoint_every": 4}}))
-    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_MODE")}
-    run_train(micro, "--config", str(config), "--run.name", "w", "--trainer.max_steps", "8", env=env)
+    for variable in ("WANDB_API_KEY", "WANDB_MODE"):  # offline by the run's own setting
+        monkeypatch.delenv(variable, raising=False)
+    args = ["--config", str(config), "--run.name", "w", "--trainer.max_steps", "8"]
+    assert main(["--config", str(micro), *args]) == 0
     run_dir = tmp_path / "runs" / "w"
     (wandb_dir,) = (run_dir / "wandb").glob("offline-run-*")
     history = [h["item"] for h in wandb_records(wandb_dir, "history")]

@@ -1,27 +1,25 @@
-"""How the MCQA protocols behave across checkpoints: whether the two letter space strategies
-rank checkpoints alike (the space-tokenization trap paper, section 3.3, saw them reorder
-models), and how far accuracy follows parsability across wrappers ("Format Sensitivity
-Index: Token-Controlled Prompt Wrapper Robustness and Schema Compliance in LLM Benchmarks",
-arXiv:2607.09665, section 5.2, eq. 5). Absent keys are absent data, never zeros.
-"""
+"""The MCQA statistics across checkpoints: whether the two letter space strategies rank
+checkpoints alike (the space-tokenization trap paper, section 3.3), and how far accuracy follows
+parsability across wrappers (arXiv:2607.09665, section 5.2, eq. 5). Absent keys are absent data."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
 
-from bytecanary import keys, stats
+from bytecanary import stats
+from bytecanary.probes.mcqa import keys
+from bytecanary.probes.mcqa.keys import MERGED, SEPARATE
 from bytecanary.records import Record
 from bytecanary.report.analysis import Checkpoint, Curve, checkpoints, make_curve
 
 MIN_POINTS = 3  # fewer checkpoints (or cells) than this: no tau or fit
 PARSABILITY_KEYS = ("acc_parsable_r", "parsability_beta", "parsability_beta_se")  # over all wrapper cells
-SEPARATE, MERGED, CLOZE, DASHED = keys.SEPARATE, keys.MERGED, keys.CLOZE, keys.DASHED
 
 
 def mcqa_tasks(cps: Sequence[Checkpoint]) -> list[str]:
     """Every MCQA task the checkpoints hold, sorted."""
-    return keys.mcqa_tasks(k for c in cps for k in c.metrics)
+    return keys.tasks(k for c in cps for k in c.metrics)
 
 
 def _sep_merged_tau(cps: Sequence[Checkpoint], task: str, notes: dict[str, str]) -> float:
@@ -91,12 +89,9 @@ def _parsability(cells: list[tuple[str, str, str, float, float]], notes: dict[st
 
 
 def mcqa_series(probe_records: Iterable[Record], notes: dict[str, str] | None = None) -> dict[str, float]:
-    """MCQA statistics across checkpoints, as flat ``probe/mcqa/...`` keys.
-
-    Per task with letter accuracies, ``<task>/kendall_tau_sep_merged``; over all
-    (checkpoint, task, wrapper_<family>) cells, ``all/acc_parsable_r``,
-    ``all/parsability_beta``, ``all/parsability_beta_se`` and ``all/cells``. A statistic
-    the data cannot support is NaN, and ``notes`` maps its key to the reason.
+    """MCQA statistics across checkpoints as flat ``probe/mcqa/...`` keys: per task
+    ``kendall_tau_sep_merged``; over all wrapper cells ``all/acc_parsable_r``, ``all/parsability_beta``
+    (and ``_se``), ``all/cells``. An unsupported statistic is NaN, its reason in ``notes``.
     """
     notes = {} if notes is None else notes
     cps = checkpoints(probe_records)
@@ -106,6 +101,11 @@ def mcqa_series(probe_records: Iterable[Record], notes: dict[str, str] | None = 
         if any(k in c.metrics for c in cps for k in letter):
             out[keys.mcqa_task(task, "kendall_tau_sep_merged")] = _sep_merged_tau(cps, task, notes)
     return out | _parsability(wrapper_cells(cps), notes)
+
+
+def series(probe_records: list[Record], notes: dict[str, str]) -> dict[str, float]:
+    """``mcqa_series`` where the records hold an MCQA task, else nothing."""
+    return mcqa_series(probe_records, notes) if mcqa_tasks(checkpoints(probe_records)) else {}
 
 
 def task_groups(cps: Sequence[Checkpoint]) -> dict[str, list[str]]:
