@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_env.py missing WHEEL...   # the carried wheels this Python lacks
     python benchmarks/gpu_env.py versions           # one line: the versions the check needs
+    python benchmarks/gpu_env.py metadata DEST      # bytecanary's dist-info, entry points too
 
 It runs on the GPU machine's own image, so it imports only the standard library and
 ``packaging`` until the versions are known to be fine.
@@ -47,10 +48,13 @@ def missing(wheels: list[str]) -> list[str]:
     return out
 
 
+def project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+
 def requirements() -> dict[str, Requirement]:
     """pyproject.toml's runtime dependencies, by normalized name."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    return {(r := Requirement(line)).name.lower(): r for line in project["dependencies"]}
+    return {(r := Requirement(line)).name.lower(): r for line in project()["dependencies"]}
 
 
 def versions() -> tuple[str, list[str]]:
@@ -82,6 +86,23 @@ def installed(name: str) -> bool:
     return True
 
 
+def write_metadata(dest: Path) -> Path:
+    """The dist-info an install would write beside the checkout put on the path: the built-in
+    probes register through its entry points, as a plugin's do."""
+    about = project()
+    info = dest / f"{about['name']}-{about['version']}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {about['name']}\nVersion: {about['version']}\n", encoding="utf-8"
+    )
+    groups = [
+        f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in points.items())
+        for group, points in about["entry-points"].items()
+    ]
+    (info / "entry_points.txt").write_text("\n".join(groups), encoding="utf-8")
+    return info
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["missing"]:
         for wheel in missing(argv[1:]):
@@ -91,6 +112,9 @@ def main(argv: list[str]) -> int:
         line, wrong = versions()
         print(line if not wrong else f"versions: {'; '.join(wrong)}")
         return 1 if wrong else 0
+    if argv[:1] == ["metadata"] and len(argv) == 2:
+        write_metadata(Path(argv[1]))
+        return 0
     print(__doc__.strip().splitlines()[2], file=sys.stderr)
     return 2
 

@@ -29,11 +29,13 @@ if ((${#wheels[@]})); then
 fi
 echo "gpu_run: installed ${#wheels[@]} carried wheel(s): ${wheels[*]##*/}"
 
-# the checkout as the installed packages lay it out (pyproject.toml's package-dir)
+# the checkout as the installed packages lay it out (pyproject.toml's package-dir), with the
+# metadata whose entry points register the built-in probes
 mkdir -p "$tmp/src/bytecanary"
 ln -s "$root"/bytecanary/* "$tmp/src/bytecanary/"
 ln -s "$root/probes" "$tmp/src/bytecanary/probes"
 ln -s "$root/train" "$tmp/src/bytecanary/train"
+"$py" "$root/benchmarks/gpu_env.py" metadata "$tmp/src"
 export PYTHONPATH="$tmp/src:$tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 

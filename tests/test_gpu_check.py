@@ -4,6 +4,7 @@ which the rehearsal in the GPU image checks in ``make test-slow``."""
 
 import importlib.util
 import math
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,15 @@ def test_gpu_env_names_the_version_that_blocks_in_one_line(gpu_env, monkeypatch,
     assert gpu_env.main(["versions"]) == 1
     out = capsys.readouterr().out
     assert out == "versions: transformers 5.30.0 is outside transformers<5.25,>=5.0 (pyproject.toml)\n"
+
+
+def test_gpu_env_writes_the_entry_points_an_install_would(gpu_env, tmp_path):
+    """The GPU run puts the checkout on the path without installing it; the dist-info it writes
+    beside it registers the built-in probes as the installed package does."""
+    assert gpu_env.main(["metadata", str(tmp_path)]) == 0
+    [found] = metadata.distributions(path=[str(tmp_path)])
+    ours = metadata.distribution("bytecanary")
+    assert found.metadata["Name"] == "bytecanary" and found.version == ours.version
+    probes = found.entry_points.select(group="bytecanary.probes")
+    assert sorted(probes) == sorted(ours.entry_points.select(group="bytecanary.probes"))
+    assert {"level0", "level1", "mcqa", "ppl"} <= set(probes.names)
