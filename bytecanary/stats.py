@@ -5,6 +5,7 @@ with curve noise (docs/report-and-wandb.md). Plain numpy and ``math``: no torch 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -320,7 +321,21 @@ def convergence_ratio(
     late: Series, early: Series, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
 ) -> RatioEstimate | None:
     """converged_at(late) / converged_at(early), or None unless both converged, with a parametric bootstrap
-    CI (points perturbed by their noise, the detector rerun on both curves)."""
+    CI (points perturbed by their noise, the detector rerun on both curves). Remembered per curves:
+    the report and its terminal summary state the same ratio, and the bootstrap is its cost."""
+    return _convergence_ratio(_frozen(late), _frozen(early), n_resamples, confidence, seed)
+
+
+def _frozen(series: Series) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...] | None]:
+    """A series as exact float64 tuples, a key of the memo."""
+    x, y, se = (None if a is None else tuple(np.asarray(a, dtype=np.float64).tolist()) for a in series)
+    return x, y, se
+
+
+@functools.lru_cache(maxsize=64)
+def _convergence_ratio(
+    late: Series, early: Series, n_resamples: int, confidence: float, seed: int
+) -> RatioEstimate | None:
     verdicts = [detect_convergence(*series) for series in (late, early)]
     if any(v.state != CONVERGED for v in verdicts):
         return None

@@ -213,16 +213,19 @@ def test_batches_are_pinned_only_for_cuda(small_data, device, pinned):
 
 def test_training_attention_is_flash_eligible(monkeypatch):
     """Training calls SDPA with no mask and ``is_causal``: what CUDA's flash kernel needs
-    (a mask would force the slower kernels). The CPU build runs the same call."""
+    (a mask would force the slower kernels). The CPU build runs the same call, at the 355M
+    preset's head size (64) on two heads."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
     calls = []
 
     def spy(*args, **kwargs):
-        calls.append((kwargs.get("attn_mask"), kwargs.get("is_causal")))
+        calls.append((args[0].shape[-1], kwargs.get("attn_mask"), kwargs.get("is_causal")))
         return sdpa(*args, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
-    model = build_model(ArchConfig(n_layer=2, n_head=16, n_embd=1024, n_positions=128), vocab_size=256)
+    arch = ArchConfig(**yaml.safe_load(PRESET.read_text())["model"]["arch"])
+    head = arch.n_embd // arch.n_head
+    model = build_model(ArchConfig(n_layer=2, n_head=2, n_embd=2 * head, n_positions=128), vocab_size=256)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         model(torch.randint(0, 256, (2, 128))).float().mean().backward()
-    assert calls == [(None, True)] * 2
+    assert calls == [(head, None, True)] * 2
