@@ -193,6 +193,18 @@ def test_ratio_and_its_ci_on_a_known_pair():
     assert stats.convergence_ratio(flat, ppl) is None  # no ratio from a curve that did not move
 
 
+def test_a_ratio_is_bootstrapped_once_per_curves_whatever_their_container():
+    """The report and its summary ask for the same ratio: the second answer is the first, and
+    lists or arrays of the same values are the same curves."""
+    validity, ppl = _step_validity(2 * 614_400, 2), (TOKENS, _log_ppl(614_400, 2), None)
+    first = stats.convergence_ratio(validity, ppl, n_resamples=50)
+    as_lists = tuple(None if a is None else list(a) for a in validity)
+    assert stats.convergence_ratio(as_lists, (list(TOKENS), list(ppl[1]), None), n_resamples=50) is first
+    assert stats.convergence_ratio(validity, ppl, n_resamples=50, seed=1) is not first  # another bootstrap
+    other = (validity[0], validity[1] + 1e-9, validity[2])
+    assert stats.convergence_ratio(other, ppl, n_resamples=50) is not first
+
+
 def test_detector_refuses_unusable_input():
     for x, y in (
         ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]),
