@@ -5,6 +5,7 @@ the SLURM path up to where a machine without SLURM can go (its job arrays run he
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,11 +90,20 @@ def test_one_and_three_workers_write_the_same_bytes(chunked, tmp_path):
     assert _files(three) == _files(chunked)
 
 
-def test_a_prepare_killed_inside_the_shard_stage_resumes_at_its_unfinished_chunks(chunked, tmp_path):
+def test_a_prepare_killed_inside_the_shard_stage_resumes_at_its_unfinished_chunks(chunked, tmp_path, capsys):
+    """The stages before the shards are copied from ``chunked`` (same config, same hashes), so
+    the process to kill goes straight to the shard stage; the resume runs in-process, as nothing
+    about its process is checked."""
     config = write_config(tmp_path / "chunked.yaml", **CHUNKED)
     out = tmp_path / "data"
-    cmd = [sys.executable, "-m", "bytecanary.cli", "prepare", "--config", str(config), "--out", str(out)]
-    proc = subprocess.Popen([*cmd, "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for stage in ("corpus", "tokenizer"):
+        shutil.copytree(chunked / stage, out / stage)
+    cmd = ["prepare", "--config", str(config), "--out", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bytecanary.cli", *cmd, "--workers", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     done: list[Path] = []
     while proc.poll() is None and len(done) < 4:
         done = sorted(out.glob(".shards.*.tasks/results/*.json"))
@@ -108,8 +118,8 @@ def test_a_prepare_killed_inside_the_shard_stage_resumes_at_its_unfinished_chunk
     for path in tasks.glob("shards/*/*/*.bin"):
         finished[str(path.relative_to(tasks / "shards"))] = path.stat().st_ino
     assert finished
-    rerun = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    assert "[corpus] up to date, skipped" in rerun.stdout
+    assert main(cmd) == 0
+    assert "[corpus] up to date, skipped" in capsys.readouterr().out
     assert _files(out) == _files(chunked)
     assert not list(out.glob(".*")), "a temporary or task folder is left"
     kept = {str(p.relative_to(out / "shards")): p.stat().st_ino for p in (out / "shards").rglob("*.bin")}
@@ -189,8 +199,6 @@ def test_slurm_path_submits_job_arrays_whose_tasks_write_the_local_bytes(
 def test_a_folder_in_the_single_file_layout_still_trains_and_verifies(chunked, tmp_path):
     """One ``<lang>/<split>.bin`` per split, as folders prepared before chunking hold: the
     same batches as the chunked folder it was joined from."""
-    import shutil
-
     from bytecanary.data.shards import sha256, verify
     from bytecanary.train.datamodule import ShardDataModule
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,8 +119,6 @@ def test_rerun_is_a_no_op(small_data, capsys):
 
 
 def test_changed_config_reruns_only_the_stages_it_touches(small_data, tmp_path, capsys):
-    import shutil
-
     data = tmp_path / "data"
     shutil.copytree(small_data, data)
     cfg = write_config(tmp_path / "small.yaml", eval={**SMALL["eval"], "max_per_tier": 10})
@@ -131,8 +130,11 @@ def test_changed_config_reruns_only_the_stages_it_touches(small_data, tmp_path, 
 
 
 def test_killed_run_resumes_and_leaves_no_partial_output(tmp_path, small_data):
+    """The corpus stage is copied from ``small_data`` (same config, same hash), so the process
+    to kill starts at the tokenizer stage and is killed once that stage has begun."""
     cfg = write_config(tmp_path / "small.yaml")
     out = tmp_path / "data"
+    shutil.copytree(small_data / "corpus", out / "corpus")
     cmd = [
         sys.executable,
         "-m",
@@ -144,7 +146,7 @@ def test_killed_run_resumes_and_leaves_no_partial_output(tmp_path, small_data):
         str(out),
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while not (out / "corpus" / "stage.json").exists() and proc.poll() is None:
+    while not (any(out.glob(".tokenizer.*.tmp")) or (out / "tokenizer").exists()) and proc.poll() is None:
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)  # mid-run: the corpus is done, later stages are not
     proc.wait()

@@ -4,10 +4,12 @@ one-line error contract, and a trained micro run to break copies of."""
 
 import functools
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,25 @@ def no_progress_bars(monkeypatch):
     from bytecanary.probes import runner
 
     monkeypatch.setattr(runner, "tqdm", functools.partial(runner.tqdm, disable=True))
+
+
+class _Stderr(logging.StreamHandler):
+    """Writes each line to ``sys.stderr`` as it is then: capsys swaps it between test phases."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+@pytest.fixture
+def lightning_info() -> Iterator[None]:
+    """Lightning's info lines (``rank_zero_info``) on the stderr ``capsys`` reads, as in a user's
+    process; under pytest lightning leaves them to pytest's log capture instead."""
+    logger = logging.getLogger("lightning.pytorch")
+    handler = _Stderr()
+    logger.addHandler(handler)
+    yield
+    logger.removeHandler(handler)
 
 
 @pytest.fixture(scope="session")

@@ -21,13 +21,17 @@ from bytecanary.records import read as read_records
 from bytecanary.report.writer import probe_ratio_lines
 from bytecanary.train.export import export
 
-from ..conftest import MICRO, run_train
+from ..conftest import MICRO
 from ..faults.conftest import bytecanary
 from .conftest import LEVEL0
 
 
 @pytest.fixture(scope="module")
-def trained_run(tmp_path_factory, small_data):
+def trained_run(tmp_path_factory, small_data) -> Path:
+    """A micro run of 8 steps, trained in-process: the tests read its checkpoints, none looks
+    at the training process."""
+    from bytecanary.train.cli import main as train_main
+
     root = tmp_path_factory.mktemp("probe_runs")
     cfg = {
         **MICRO,
@@ -36,7 +40,7 @@ def trained_run(tmp_path_factory, small_data):
     }
     path = root / "micro.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    run_train(path, "--run.name", "m", "--trainer.max_steps", "8")
+    assert train_main(["--config", str(path), "--run.name", "m", "--trainer.max_steps", "8"]) == 0
     return root / "m"
 
 
