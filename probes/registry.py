@@ -157,8 +157,6 @@ def probe_class(name: str) -> type[Probe]:
     """The probe registered as ``name``: bytecanary's own, or one another installed package
     registers (its module named under the entry-point group ``bytecanary.probes``, loaded the
     first time a name is not found); unknown names suggest the nearest one."""
-    import bytecanary.probes  # noqa: F401  (importing the package registers every probe)
-
     failed = discover() if name not in PROBES else ()
     if name not in PROBES:
         near = difflib.get_close_matches(name, PROBES, n=1)

@@ -25,7 +25,7 @@ from bytecanary.probes.liveness import NOTE_EVERY, RESTART_GRACE, Rate, stopped,
 from bytecanary.probes.numerics import check_device, probe_dtype
 from bytecanary.probes.pipeline import Pipeline
 from bytecanary.probes.registry import probe_class
-from bytecanary.probes.specs import build_probes
+from bytecanary.probes.specs import build_probes, probes_where
 from bytecanary.probes.targets import (
     Loader,
     Target,
@@ -47,7 +47,7 @@ def _accepts(name: str, source: str | None) -> set[str]:
     try:
         config = probe_class(name).Config
     except BytecanaryError as err:
-        raise BytecanaryError(f"{source}: probes: {err}" if source else f"probes: {err}") from None
+        raise BytecanaryError(f"{probes_where(source)}: {err}") from None
     return {f.name for f in dataclasses.fields(config)} if config is not None else set()
 
 

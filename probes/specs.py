@@ -17,13 +17,14 @@ from bytecanary.probes.cadence import Cadence
 from bytecanary.probes.registry import PROBES, Probe, probe_class
 
 
-def _where(source: str | Path | None) -> str:
+def probes_where(source: str | Path | None) -> str:
+    """How an error in a list of probes begins: ``configs/x.yaml: probes``."""
     return f"{source}: probes" if source else "probes"
 
 
 def spec_where(source: str | Path | None, name: str) -> str:
     """Where a probe's spec lives, as its errors begin: ``configs/x.yaml: probes: level0``."""
-    return f"{_where(source)}: {name}"
+    return f"{probes_where(source)}: {name}"
 
 
 def _validate(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -51,7 +52,7 @@ def validate_specs(
     """Each ``{name: ..., **params}`` checked against its probe's constructor and returned with
     every default filled in; a bad one raises ``BytecanaryError`` naming ``source`` (a YAML
     path, when given), the probe and the parameter."""
-    return [_validate(spec, _where(source)) for spec in specs]
+    return [_validate(spec, probes_where(source)) for spec in specs]
 
 
 def default_specs() -> list[ProbeSpec]:
@@ -70,7 +71,7 @@ def build_probes(
         if isinstance(spec, Probe):
             built.append(spec)
             continue
-        where = _where(spec.source or source) if isinstance(spec, ProbeSpec) else _where(source)
+        where = probes_where(spec.source or source) if isinstance(spec, ProbeSpec) else probes_where(source)
         params = _validate(spec.spec if isinstance(spec, ProbeSpec) else spec, where)
         name = params.pop("name")
         cadence = Cadence(**params.pop("cadence", {}))

@@ -207,10 +207,6 @@ class Convergence:
             return None
         return curve.converged_at / self.ppl.converged_at
 
-    @property
-    def validity_tokens(self) -> float | None:
-        return self.headline.converged_at if self.headline else None
-
     @cached_property
     def ratios(self) -> dict[str, stats.RatioEstimate | None]:
         """Per curve of ``named``, its over perplexity's convergence tokens with the
@@ -339,10 +335,11 @@ def convergence(
     ppl = make_curve(keys.val_ppl(), points, log=True)
     cps = checkpoints(probe_records)
     present = {k for c in cps for k in c.metrics}
-    curves = [j for j in judged() if j.key in present]
+    declared = judged()
+    curves = [j for j in declared if j.key in present]
     validity = {j.key: validity_curve(cps, j.key, j.noise_key) for j in curves if j.noise == "greedy"}
     p_valid = {j.key: p_valid_curve(cps, j.key, j.noise_key) for j in curves if j.noise == "se"}
-    named = {j.key: j.ratio for j in judged() if j.ratio is not None}
+    named = {j.key: j.ratio for j in declared if j.ratio is not None}
     name = VAL_PPL_NAME
     for probed in perplexities() if not ppl.tokens else ():
         heldout = make_curve(probed.key, ((c.tokens_seen, c.value(probed.key)) for c in cps), log=True)

@@ -206,19 +206,17 @@ def _grid_tables(conv: Convergence) -> list[Table]:
     return tables
 
 
-def build_tables(
-    metrics: list[dict[str, Any]], cps: list[Checkpoint], conv: Convergence, series: dict[str, float]
-) -> list[Table]:
+def build_tables(inputs: sections.Inputs, conv: Convergence) -> list[Table]:
     """Every table of the report, in the order of the figures they stand behind (the sections'
     after the convergence ones); on the step axis without the tokens-seen column (the step
     column holds the x)."""
+    metrics, cps = inputs.metrics, inputs.cps
     beside = [t for d in display.declared().values() if (t := d.ppl_table) is not None]
     title = " and ".join([conv.ppl_name.capitalize(), *(t.title for t in beside)])
     columns = [c for t in beside for c in t.columns if any(c[1] in cp.metrics for cp in cps)]
     per_checkpoint = checkpoint_table(
         "per_checkpoint", f"{title} per checkpoint", metrics, cps, columns, ppl=conv.ppl.key
     )
-    inputs = sections.Inputs(metrics, cps, conv.axis, series)
     tables = [
         per_checkpoint,
         _convergence_table(conv),

@@ -236,7 +236,7 @@ def write_report(
     cps = analysis.checkpoints(data.probes)
     notes: dict[str, str] = {}
     inputs = sections.Inputs(data.metrics, cps, data.axis, sections.series(data.probes, notes))
-    tables = build_tables(data.metrics, cps, conv, inputs.series)
+    tables = build_tables(inputs, conv)
     out = data.run_dir / REPORT_DIR
     with atomic_dir(out) as tmp:
         figures.plot_convergence(conv, tmp / "convergence.png")
