@@ -104,7 +104,7 @@ def parse_error(message: str, flags: Iterable[str] = ()) -> str:
         return _unrecognized(line, flags) if line.startswith("unrecognized arguments:") else line
     key, rest = m.groups()
     own = _OWN_WORDS.match(rest)
-    if own is not None:  # it names its own field (``bytecanary.probes.specs.ProbeSpec``)
+    if own is not None:  # it names its own field (``bytecanary.probe_options.ProbeSpec``)
         return " ".join(own.group(1).split())
     expected, given = _EXPECTED.findall(rest), _GIVEN.search(rest)
     if not expected or given is None:

@@ -55,7 +55,11 @@ def _config_file() -> str | None:
 def _read_spec(value: Any) -> ProbeSpec:
     """The shape alone; its parameters are checked once, when the probe is built
     (``bytecanary.probes.specs.build_probes``), before any model loads or any step runs."""
-    return ProbeSpec(value, _config_file())
+    source = _config_file()
+    try:
+        return ProbeSpec(value, source)
+    except ValueError as err:
+        raise ValueError(f"{source}: probes: {err}" if source else str(err)) from None
 
 
 register_type(ProbeSpec, serializer=lambda s: s.spec, deserializer=_read_spec)

@@ -23,7 +23,8 @@ from bytecanary.checkpoints import FINISHED, probe_checkpoints, training_states
 from bytecanary.config import flag_names, parse_error, read_yaml
 from bytecanary.errors import BytecanaryError
 from bytecanary.io import atomic_path, check_output, one_folder, remove_stale_temps, warn, write_json
-from bytecanary.probes.callback import ProbeCallback, ProbeSpec, live_probes_refused, sharded_strategies
+from bytecanary.probe_options import ProbeSpec
+from bytecanary.probes.callback import ProbeCallback, live_probes_refused, sharded_strategies
 from bytecanary.tracking import DEFAULT_PROJECT, Detail, define_axis, finish_wandb
 from bytecanary.train.checkpointing import (
     AtomicCheckpointIO,

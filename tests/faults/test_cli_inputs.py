@@ -6,6 +6,7 @@ import dataclasses
 import os
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,20 @@ def test_a_report_of_a_finished_run_has_no_such_note(tmp_path, capsys):
     assert main(["report", str(run), "--wandb=false"]) == 0
     assert "is unfinished" not in capsys.readouterr().out
     assert "is unfinished" not in (run / "report" / "report.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("command", ["train", "probe"])
+def test_a_malformed_probes_entry_names_its_file_and_field(command, tmp_path, capsys):
+    """A ``probes:`` entry without a name, in a config file, whether ``train`` reads it or
+    ``probe --config`` reads it through train's parser."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("probes:\n- {trial: true}\n")
+    tiny = str(Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml")
+    argv = {
+        "train": ["train", "--config", tiny, "--config", str(bad), "--print_config"],
+        "probe": ["probe", str(tmp_path / "model"), "--config", str(bad)],
+    }[command]
+    assert main(argv) == 2
+    line = one_error(capsys.readouterr().err)
+    want = "expected a probe name or a {name: ..., <parameters>} mapping, got {'trial': True}"
+    assert line == f"error: {bad}: probes: {want}"
