@@ -18,6 +18,8 @@ from transformers import ByT5Tokenizer, PreTrainedTokenizerFast
 
 from bytecanary.probes import load_probes
 
+from . import warm
+
 
 def _share_the_cores() -> None:
     """Under pytest-xdist each worker takes its share of the cores (unless OMP_NUM_THREADS says
@@ -186,7 +188,7 @@ def train_cmd(config: Path, *args: str) -> list[str]:
 
 
 def run_train(config: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
+    proc = warm.run(
         train_cmd(config, *args),
         capture_output=True,
         text=True,

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from . import warm
 from .conftest import write_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +30,7 @@ MARKERS = ("# GPU", "# SLURM", "# ONLINE")
 
 # (documented text, its tiny stand-in), applied in order to the runnable blocks
 STANDINS: list[tuple[str, str]] = [
-    ("make venv", "test -x .venv/bin/bytecanary"),  # the working copy links the checkout's .venv
+    ("make venv", "test -x .venv/bin/bytecanary"),  # the working copy's .venv is a view of the checkout's
     # the tests' small_data config (1.35 MB of synthetic text), already prepared into data/default
     ("configs/data/default.yaml", "standins/data.yaml --out data/default"),
     (
@@ -187,30 +188,57 @@ def git_repo(work: Path, tokenizer: Path) -> None:
     )
 
 
-def working_copy(tmp_path: Path, standins: Path) -> Path:
+def working_copy(tmp_path: Path, standins: Path, venv: Path) -> Path:
     """A folder laid out as a fresh clone after ``make venv``: configs/, .venv and the stand-ins."""
     import shutil
 
     work = tmp_path / "clone"
     work.mkdir()
     shutil.copytree(ROOT / "configs", work / "configs")
-    (work / ".venv").symlink_to(ROOT / ".venv")
+    (work / ".venv").symlink_to(venv)
     (work / "standins").symlink_to(standins)
     (work / "data").mkdir()
     (work / "data" / "default").symlink_to(standins / "data")
     return work
 
 
-def tutorial_env(standins: Path) -> dict[str, str]:
-    path = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"
+def warm_venv(folder: Path, venv: Path = ROOT / ".venv") -> Path:
+    """``venv`` seen through ``folder``: links to its files, its ``activate`` naming ``folder``,
+    and a ``bytecanary`` that forks each command from a warm server (tests/warm.py)."""
+    (folder / "bin").mkdir(parents=True)
+    for entry in venv.iterdir():
+        if entry.name != "bin":
+            (folder / entry.name).symlink_to(entry)
+    for entry in (venv / "bin").iterdir():
+        if entry.name == "bytecanary":
+            warm.shim(folder / "bin" / entry.name, entry)
+        elif entry.name == "activate":
+            text = entry.read_text(encoding="utf-8").replace(str(venv), str(folder))
+            (folder / "bin" / entry.name).write_text(text, encoding="utf-8")
+        else:
+            (folder / "bin" / entry.name).symlink_to(entry)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def venv_env(standins: Path, tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """(the working copies' .venv, the tutorials' shell environment): offline, the .venv's bin
+    on PATH, and the server that its ``bytecanary`` forks from, started as activated. A session
+    fixture runs before ``own_wandb_service``, so it drops the worker's W&B service itself."""
+    venv = warm_venv(tmp_path_factory.mktemp("warm") / ".venv")
     offline = {"HF_HUB_CACHE": str(standins / "hub"), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
-    return {
-        **os.environ,
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"},
         **GIT,
         **offline,
-        "PATH": path,
+        "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
     }
+    activate = f". {venv / 'bin' / 'activate'} && env -0"
+    shown = subprocess.run(["bash", "-c", activate], env=env, capture_output=True, check=True).stdout
+    activated = dict(item.split("=", 1) for item in shown.decode().split("\0") if item)
+    server = warm.server(activated)
+    return venv, {**env, "BYTECANARY_WARM": str(server)} if server else env
 
 
 def test_every_tutorial_has_blocks_that_run():
@@ -220,15 +248,14 @@ def test_every_tutorial_has_blocks_that_run():
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.name)
-def test_a_tutorial_runs_as_written(path, standins, tmp_path):
+def test_a_tutorial_runs_as_written(path, standins, venv_env, tmp_path):
     blocks = bash_blocks(path)
     script = "\n".join(
         f'echo "### {path.name}:{line} at $SECONDS s"\n{stand_in(b)}' for line, b in blocks if not marked(b)
     )
-    work = working_copy(tmp_path, standins)
-    done = subprocess.run(
-        ["bash", "-e", "-c", script], cwd=work, env=tutorial_env(standins), capture_output=True, text=True
-    )
+    venv, env = venv_env
+    work = working_copy(tmp_path, standins, venv)
+    done = subprocess.run(["bash", "-e", "-c", script], cwd=work, env=env, capture_output=True, text=True)
     last = [line for line in done.stdout.splitlines() if line.startswith("### ")][-1:]
     assert done.returncode == 0, (
         f"{last}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"

@@ -23,6 +23,7 @@ from bytecanary.data.parallel import Parallel
 from bytecanary.data.prepare import prepare
 from bytecanary.data.shards import TokenSeries, docs_within, open_split
 
+from .. import warm
 from ..conftest import SMALL, write_config
 
 CHUNKED = {"chunk_megabytes": 0.03}  # about ten chunks per language
@@ -99,7 +100,7 @@ def test_a_prepare_killed_inside_the_shard_stage_resumes_at_its_unfinished_chunk
     for stage in ("corpus", "tokenizer"):
         shutil.copytree(chunked / stage, out / stage)
     cmd = ["prepare", "--config", str(config), "--out", str(out)]
-    proc = subprocess.Popen(
+    proc = warm.Popen(
         [sys.executable, "-m", "bytecanary.cli", *cmd, "--workers", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

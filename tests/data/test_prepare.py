@@ -18,6 +18,7 @@ from bytecanary.data.chunks import split_documents
 from bytecanary.data.languages import LANGUAGES
 from bytecanary.data.prepare import STAGES, prepare
 
+from .. import warm
 from ..conftest import SMALL, write_config
 
 
@@ -145,13 +146,13 @@ def test_killed_run_resumes_and_leaves_no_partial_output(tmp_path, small_data):
         "--out",
         str(out),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = warm.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while not (any(out.glob(".tokenizer.*.tmp")) or (out / "tokenizer").exists()) and proc.poll() is None:
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)  # mid-run: the corpus is done, later stages are not
     proc.wait()
     assert (out / "corpus" / "stage.json").exists() and not (out / "evalsets").exists()
-    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    done = warm.run(cmd, capture_output=True, text=True, check=True)
     assert "[corpus] up to date, skipped" in done.stdout
     assert all((out / s / "stage.json").exists() for s in STAGES)
     assert not list(out.glob(".*.tmp"))  # the killed stage's temporary folder is gone

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .. import warm
 from ..conftest import MICRO
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,7 @@ def bytecanary(
     *args: str, prelude: str = "", preexec=None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
     """``bytecanary ARGS`` in a process of its own (``env``: variables added to ours)."""
-    return subprocess.run(
+    return warm.run(
         command(*args, prelude=prelude),
         cwd=ROOT,
         capture_output=True,

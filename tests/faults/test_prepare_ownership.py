@@ -15,6 +15,7 @@ import pytest
 
 from bytecanary.cli import main
 
+from .. import warm
 from ..conftest import SMALL, write_config
 from .conftest import QUIET, ROOT, command, digests, one_error
 
@@ -72,7 +73,7 @@ def test_a_second_prepare_of_a_folder_being_prepared_names_the_first(tmp_path, c
     config = write_config(tmp_path / "small.yaml")
     out = tmp_path / "data"
     args = ("prepare", "--config", str(config), "--out", str(out), "--workers", "1")
-    first = subprocess.Popen(
+    first = warm.Popen(
         command(*args),
         cwd=ROOT,
         env={**os.environ, **QUIET},

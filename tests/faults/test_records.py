@@ -13,6 +13,7 @@ from bytecanary.cli import main
 from bytecanary.io import read_jsonl
 from bytecanary.records import read as read_records
 
+from .. import warm
 from ..report.runs import assert_one_sync_of_every_offline_run, make_run
 from .conftest import QUIET, ROOT, bytecanary, command, micro_config, one_error
 
@@ -87,7 +88,7 @@ def test_two_probe_processes_on_one_out_write_no_duplicates(trained, tmp_path, p
         "--wandb=false",
     ]
     procs = [
-        subprocess.Popen(
+        warm.Popen(
             command(*args, "--out", str(out)),
             cwd=ROOT,
             stdout=subprocess.PIPE,

@@ -14,6 +14,7 @@ from bytecanary.cli import main
 from bytecanary.io import read_jsonl
 from bytecanary.records import read as read_records
 
+from .. import warm
 from ..conftest import wandb_records
 from .conftest import QUIET, ROOT, bytecanary, command, digests, last_error, micro_config
 
@@ -130,7 +131,7 @@ def test_a_sidecar_started_beside_the_resume_of_a_finished_run_watches_it_on(run
     assert finished_step(run) == 8
     out = tmp_path / "side.jsonl"
     watch = ["probe", "--watch", run, "--probes", "[level0]", "--trial=true", "--series.interval", "0.2"]
-    sidecar = subprocess.Popen(
+    sidecar = warm.Popen(
         command(*watch, "--wandb=false", "--series.idle_limit", "3600", "--out", out),
         cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

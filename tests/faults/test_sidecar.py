@@ -21,6 +21,7 @@ from bytecanary.io import write_json
 from bytecanary.records import read as read_records
 from bytecanary.train.heartbeat import beating
 
+from .. import warm
 from .conftest import QUIET, ROOT, command, micro_config, one_error
 
 ENV = {**os.environ, **QUIET, "OMP_NUM_THREADS": "1"}
@@ -45,7 +46,7 @@ def test_a_sidecar_probes_each_checkpoint_once_and_ends_with_the_run(tmp_path, s
         "--out",
         out,
     ]
-    sidecar = subprocess.Popen(command(*watch), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
+    sidecar = warm.Popen(command(*watch), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
     assert f"for {run} to appear" in sidecar.stdout.readline()  # watching before training starts
     train = ["train", "--config", str(config), "--run.name", "side", "--trainer.max_steps", "12"]
     assert main(train) == 0  # the sidecar's process watches this one train
@@ -65,9 +66,7 @@ def test_a_sidecar_ends_with_one_line_once_its_training_is_killed(run_copy, tmp_
     run, config = run_copy  # finished at step 8; resumed to 12 and SIGKILLed saving its full state
     resume = ["train", "--config", config, "--run.name", "copy", "--trainer.max_steps", "12"]
     killer = command(*resume, "--run.resume", "true", prelude="import tests.faults.killer_state")
-    training = subprocess.Popen(
-        killer, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    training = warm.Popen(killer, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert training.wait(timeout=GUARD) == -9
     beat = read_heartbeat(run)
     assert (beat.pid, beat.ended) == (training.pid, None) and finished_step(run) is None
@@ -114,9 +113,7 @@ def test_a_stale_unreadable_or_early_marker_does_not_end_a_sidecar(run_copy, tmp
     write_json(run / HEARTBEAT, dataclasses.asdict(live))
     out = tmp_path / "side.jsonl"
     args = command("probe", "--watch", run, *WATCH, "--series.idle_limit", "3600", "--out", out)
-    sidecar = subprocess.Popen(
-        args, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    sidecar = warm.Popen(args, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _until(lambda: len(read_records(out)) == 2, sidecar)
     marker = run / FINISHED
     for text in ("", "[12]", json.dumps({"step": 12, "attempt": "newer"})):  # stale, wrong type, early

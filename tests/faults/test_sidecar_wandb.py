@@ -20,6 +20,7 @@ from bytecanary.records import Record, append
 from bytecanary.records import read as read_records
 from bytecanary.report.writer import wandb_run_id
 
+from .. import warm
 from ..conftest import wandb_records
 from .conftest import ROOT, command, micro_config
 from .test_sidecar import ENV, GUARD
@@ -48,7 +49,7 @@ def test_a_sidecars_probes_join_the_training_group_and_a_report_logs_them_into_i
     run = tmp_path / "runs" / "side"
     out = run / "probes.jsonl"  # where the report reads
     watch = ["probe", "--watch", run, "--config", config, "--series.interval", "0.2", "--out", out]
-    sidecar = subprocess.Popen(command(*watch), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
+    sidecar = warm.Popen(command(*watch), cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True)
     assert sidecar.stdout.readline().startswith(f"watching {run} ")  # before training starts
     monkeypatch.setenv("WANDB_MODE", "offline")
     train = ["train", "--config", str(config), "--run.name", "side", "--trainer.max_steps", "8"]

@@ -15,6 +15,7 @@ from bytecanary.probes.claims import Claims
 from bytecanary.probes.dist import default_worker, is_lead, worker_device
 from bytecanary.records import read as read_records
 
+from .. import warm
 from ..conftest import assert_same_measurement
 from .conftest import QUIET, ROOT, bytecanary, command, micro_config
 
@@ -60,9 +61,7 @@ def test_two_independent_workers_compute_each_pair_once(series, tmp_path):
     out = tmp_path / "p.jsonl"
     env = {**os.environ, **QUIET, "OMP_NUM_THREADS": "1"}
     procs = [
-        subprocess.Popen(
-            command("probe", series, *PROBES, "--out", out, "--workers.name", name), cwd=ROOT, env=env
-        )
+        warm.Popen(command("probe", series, *PROBES, "--out", out, "--workers.name", name), cwd=ROOT, env=env)
         for name in ("a", "b")
     ]
     assert [p.wait() for p in procs] == [0, 0]

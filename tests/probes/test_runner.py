@@ -3,7 +3,6 @@ redo exactly the probes whose version or fingerprint changed, W&B."""
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from bytecanary.records import read as read_records
 from bytecanary.report.writer import probe_ratio_lines
 from bytecanary.train.export import export
 
+from .. import warm
 from ..conftest import MICRO
 from ..faults.conftest import bytecanary
 from .conftest import LEVEL0
@@ -247,7 +247,7 @@ def test_watch_yields_each_new_checkpoint_once(trained_run, tmp_path):
 @pytest.mark.slow
 def test_cli_writes_a_wandb_offline_run(trained_run, tmp_path):
     out = tmp_path / "p.jsonl"
-    proc = subprocess.run(
+    proc = warm.run(
         [
             sys.executable,
             "-m",

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .. import warm
 from ..conftest import MICRO, train_cmd
 
 STEPS = MICRO["trainer"]["max_steps"]  # 12
@@ -34,8 +35,6 @@ def run12(tmp_path_factory, small_data) -> tuple[Path, subprocess.CompletedProce
     root = tmp_path_factory.mktemp("run12")
     config = micro_config(root / "micro.yaml", small_data, root / "runs")
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_SERVICE")}
-    proc = subprocess.run(
-        train_cmd(config, "--run.name", "r", *ARGS), capture_output=True, text=True, env=env
-    )
+    proc = warm.run(train_cmd(config, "--run.name", "r", *ARGS), capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root / "runs" / "r", proc

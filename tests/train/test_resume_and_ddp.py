@@ -16,6 +16,7 @@ from bytecanary.train.cli import main
 from bytecanary.train.datamodule import ShardBatches
 from bytecanary.train.loggers import read_metrics
 
+from .. import warm
 from ..conftest import DDP_2_CPU, run_train, train_cmd
 
 STEPS = 60
@@ -46,7 +47,7 @@ def test_killed_run_resumes_exactly(micro, tmp_path):
     threads = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}  # as the reference's
 
     killed = tmp_path / "runs" / "killed"
-    proc = subprocess.Popen(
+    proc = warm.Popen(
         train_cmd(micro, "--run.name", "killed", *args),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -1,0 +1,92 @@
+"""A command forked from a warm server (tests/warm.py) is the process ``python`` would start:
+the same arguments, folder, environment, paths, output, exit and shutdown as a spawned one."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from . import warm
+
+SHOW = textwrap.dedent(
+    """
+    import atexit, json, os, sys, threading, time
+    atexit.register(lambda: print("atexit", flush=True))
+    threading.Thread(target=lambda: (time.sleep(0.2), print("thread joined", flush=True))).start()
+    print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0], "name": __name__,
+                      "x": os.environ.get("WANDB_X"), "nvml": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"),
+                      "parent": os.getppid()}))
+    print("to stderr", file=sys.stderr)
+    sys.exit(int(sys.argv[-1]))
+    """
+)
+
+
+def _both(
+    args: list[str], tmp_path, **kwargs
+) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    env = {**single(), "WANDB_X": "runtime"}  # a variable read while it runs may differ
+    spawned = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, env=env)
+    forked = warm.run(args, capture_output=True, text=True, cwd=tmp_path, env=env)
+    return spawned, forked
+
+
+def single() -> dict[str, str]:
+    """Our environment with one OpenMP thread: a server whose imports start threads does not fork
+    (tests/warm.py), and on more than 4 cores the workers' share is more."""
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _shown(done: subprocess.CompletedProcess) -> tuple[dict, list[str]]:
+    first, *rest = done.stdout.splitlines()
+    return json.loads(first), rest
+
+
+@pytest.mark.parametrize("form", ["-c", "-m", "script"])
+def test_a_forked_command_sees_and_does_what_a_spawned_one_does(form, tmp_path):
+    (tmp_path / "show.py").write_text(SHOW)
+    head = {"-c": ["-c", SHOW], "-m": ["-m", "show"], "script": [str(tmp_path / "show.py")]}[form]
+    spawned, forked = _both([sys.executable, *head, "a", "b", "3"], tmp_path)
+    assert (
+        (forked.returncode, forked.stderr, forked.stdout.splitlines()[1:])
+        == (
+            spawned.returncode,
+            spawned.stderr,
+            spawned.stdout.splitlines()[1:],
+        )
+        == (3, "to stderr\n", ["thread joined", "atexit"])
+    )
+    (seen, _), (want, _) = _shown(forked), _shown(spawned)
+    assert want["parent"] == os.getpid() and seen.pop("parent") != os.getpid()  # it was forked
+    want.pop("parent")
+    assert seen == want
+    assert want["x"] == "runtime" and want["nvml"] == os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+
+
+def test_an_exception_exit_text_and_a_kill_end_it_as_they_end_python(tmp_path):
+    for code in ("raise ValueError('boom')", "import sys; sys.exit('said')"):
+        spawned, forked = _both([sys.executable, "-c", code], tmp_path)
+        assert forked.returncode == spawned.returncode == 1
+        assert forked.stderr.splitlines()[-1] == spawned.stderr.splitlines()[-1]
+    sleeper = warm.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+                         stdout=subprocess.PIPE, text=True, env=single())  # fmt: skip
+    assert sleeper.stdout.readline() == "up\n"
+    with pytest.raises(subprocess.TimeoutExpired):
+        sleeper.wait(timeout=0.1)
+    os.kill(sleeper.pid, signal.SIGKILL)  # its own pid: what a test kills is the command itself
+    assert sleeper.wait(timeout=60) == -signal.SIGKILL
+    sleeper.stdout.close()
+
+
+def test_a_variable_read_on_import_unlike_the_servers_is_spawned_not_forked():
+    code = "import os; print(os.getppid())"
+    server = str(warm.server(single()))
+    flipped = "1" if os.environ.get("TQDM_DISABLE") != "1" else "0"  # tqdm reads it on import
+    for env, forked in (({}, True), ({"TQDM_DISABLE": flipped}, False)):
+        env = {**single(), **env, "BYTECANARY_WARM": server}  # that server, as a relay asks it
+        done = warm.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert (int(done.stdout) != os.getpid()) == forked, env

@@ -1,0 +1,337 @@
+"""Warm processes for the tests' commands: a server per xdist worker imports torch, Lightning and
+bytecanary once, then forks a fresh process for each ``python -c``/``-m``/script command, which
+skips the seconds of imports every command would pay and is otherwise the process a user starts.
+
+``Popen`` is ``subprocess.Popen`` with the command forked so where that is the same as spawning
+it (tests/test_warm.py): the same interpreter, no ``preexec_fn``/``pass_fds``, and every
+environment variable a module may read on import equal to the server's (a server per such
+environment); anything else is spawned. A command that needs an import it does not make would
+pass here: the tests of what a command imports spawn their processes (test_plugins, test_layout)."""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PRELOAD = ("bytecanary.cli", "bytecanary.train.cli", "bytecanary.probes.runner", "bytecanary.report.writer")
+# variables read while a command runs, never while the preloaded modules import
+RUNTIME_ONLY = ("PYTEST_", "WANDB_", "BYTECANARY_", "GIT_", "PWD", "OLDPWD", "SHLVL", "_")
+MESSAGE = 1 << 20
+MAX_SERVERS = 4  # per test process: each holds its imports in memory
+
+
+def import_time(env: dict[str, str]) -> dict[str, str]:
+    """The variables of ``env`` that a module may read on import: equal ones give equal imports."""
+    return {k: v for k, v in env.items() if not k.startswith(RUNTIME_ONLY)}
+
+
+# --- the client side: in the test process ---
+
+_servers: dict[str, tuple[subprocess.Popen, Path]] = {}
+
+
+def server(env: dict[str, str]) -> Path | None:
+    """The socket of the server for ``env``'s import-time variables, started on first use (the
+    one ``BYTECANARY_WARM`` names, in a relay); None where it could not start."""
+    if "BYTECANARY_WARM" in env:
+        return Path(env["BYTECANARY_WARM"])
+    key = json.dumps(import_time(env), sort_keys=True)
+    if key not in _servers and len(_servers) == MAX_SERVERS:
+        return None
+    if key not in _servers:
+        path = Path(tempfile.mkdtemp(prefix="warm-")) / "socket"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.warm", str(path), *PRELOAD],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,  # never written: it closes when this process ends, and so does the server
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        _servers[key] = (proc, path)
+    proc, path = _servers[key]
+    if proc.stdout is not None:  # its imports, waited for once
+        ready = proc.stdout.readline()
+        proc.stdout.close()
+        proc.stdout = None
+        if ready != "ready\n":
+            proc.kill()
+    return path if proc.poll() is None else None
+
+
+@atexit.register
+def _stop_servers() -> None:
+    for proc, path in _servers.values():
+        proc.kill()
+        proc.wait()
+        path.unlink(missing_ok=True)
+        path.parent.rmdir()
+
+
+def _command(args: list[str], executable: str | None, shell: bool) -> list[str] | None:
+    """The interpreter's arguments of ``args`` (``-c CODE ...``, ``-m MODULE ...`` or
+    ``SCRIPT ...``), or None where the command is not this interpreter's."""
+    if shell or executable or isinstance(args, (str, bytes)) or len(args) < 2:
+        return None
+    command = [os.fspath(a) for a in args[1:]]
+    if os.fspath(args[0]) != sys.executable:
+        return None
+    if (command[0] in ("-c", "-m") and len(command) > 1) or os.path.isfile(command[0]):
+        return command
+    return None
+
+
+class Popen(subprocess.Popen):
+    """``subprocess.Popen``, its command forked from a warm server where that is equivalent."""
+
+    _control: socket.socket | None = None
+
+    def _execute_child(self, *spawn) -> None:
+        """``subprocess.Popen``'s POSIX spawn (same arguments), asking the server first."""
+        args, executable, preexec_fn, _, pass_fds, cwd, env, _, _, shell = spawn[:10]
+        p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite = spawn[10:16]
+        *unchanged, start_new_session, process_group = spawn[16:]
+        plain = (*unchanged, process_group) == (True, None, None, None, -1, -1)
+        command = _command(args, executable, shell) if plain and not (preexec_fn or pass_fds) else None
+        stdio = [p2cread, c2pwrite, errwrite]
+        stdio = [fd if fd != -1 else inherited for fd, inherited in zip(stdio, (0, 1, 2), strict=True)]
+        if command is None or not self._fork(command, cwd, env, stdio, start_new_session):
+            super()._execute_child(*spawn)
+            return
+        self._child_created = True
+        self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+    def _fork(self, command: list[str], cwd, env, stdio: list[int], session: bool) -> bool:
+        """Asks the server for the process; False where there is none or it refuses."""
+        env = {os.fsdecode(k): os.fsdecode(v) for k, v in (os.environ if env is None else env).items()}
+        path = server(env)
+        if path is None:
+            return False
+        request = {"command": command, "cwd": os.path.abspath(cwd or "."), "env": env, "session": session}
+        control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        control.connect(str(path))
+        socket.send_fds(control, [json.dumps(request).encode()], stdio)
+        reply = json.loads(control.recv(MESSAGE))
+        if "pid" not in reply:
+            control.close()
+            return False
+        self.pid = reply["pid"]
+        self._control = control
+        return True
+
+    def _status(self, timeout: float | None) -> int | None:
+        """The exit code the server reports once the process has ended; None while it runs."""
+        ready, _, _ = select.select([self._control], [], [], timeout)
+        if not ready:
+            return None
+        reply = self._control.recv(MESSAGE)
+        self._control.close()
+        return json.loads(reply)["returncode"] if reply else -signal.SIGKILL
+
+    def _internal_poll(self, _deadstate=None, **unused) -> int | None:
+        if self._control is None or self.returncode is not None:
+            return super()._internal_poll(_deadstate=_deadstate)
+        self.returncode = self._status(0)
+        return self.returncode
+
+    def _wait(self, timeout: float | None) -> int:
+        if self._control is None or self.returncode is not None:
+            return super()._wait(timeout)
+        code = self._status(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        self.returncode = code
+        return code
+
+
+def run(*popenargs, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run`` through ``Popen``."""
+    timeout = kwargs.pop("timeout", None)
+    if kwargs.pop("capture_output", False):
+        kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+    with Popen(*popenargs, **kwargs) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except BaseException:
+            process.kill()
+            raise
+    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    if check:
+        done.check_returncode()
+    return done
+
+
+# --- the server side ---
+
+
+@dataclasses.dataclass(frozen=True)
+class _Imported:
+    """What the server's imports saw (the environment) and left (variables set, threads, what
+    they wrote on stderr, which each command writes again)."""
+
+    seen: dict[str, str]
+    threaded: bool
+    said: bytes
+
+    def refusal(self, env: dict[str, str]) -> str:
+        """Why a fork would not be the process ``python`` starts with ``env`` ('' where it would)."""
+        if self.threaded:
+            return "the server runs threads, which a fork does not keep"
+        ours, theirs = import_time(self.seen), import_time(env)
+        differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+        return f"its environment differs in {', '.join(differ)}, read on import" if differ else ""
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` as it is after the same imports (Lightning, for one, sets variables)."""
+        return {**env, **{k: v for k, v in os.environ.items() if self.seen.get(k) != v}}
+
+
+def _run(command: list[str]) -> int:
+    """``python -c CODE ARGS``, ``python -m MODULE ARGS`` or ``python SCRIPT ARGS`` in this
+    process, in a fresh ``__main__``; its exit code."""
+    import runpy
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    try:
+        if command[0] == "-c":
+            sys.argv = ["-c", *command[2:]]
+            sys.path[0] = ""
+            exec(compile(command[1], "<string>", "exec"), main.__dict__)
+        elif command[0] == "-m":
+            sys.argv = [command[1], *command[2:]]
+            sys.path[0] = os.getcwd()
+            runpy._run_module_as_main(command[1])
+        else:
+            sys.argv = list(command)
+            sys.path[0] = os.path.dirname(os.path.abspath(command[0]))
+            runpy.run_path(command[0], main.__dict__, run_name="__main__")
+    except SystemExit as exit_:
+        if exit_.code is None or isinstance(exit_.code, int):
+            return exit_.code or 0
+        print(exit_.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _child(request: dict, fds: list[int], imported: _Imported) -> None:
+    """The command's process: the request's stdio, folder, environment and session, then the
+    command, then the interpreter's shutdown (threads joined, atexit), as ``python`` does."""
+    if request["session"]:
+        os.setsid()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in set(fds):
+        if fd > 2:
+            os.close(fd)
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(imported.environment(request["env"]))
+    os.write(2, imported.said)
+    code = _run(request["command"])
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
+def _manage(connection: socket.socket, imported: _Imported) -> None:
+    """Between the server and a command: forks it, tells the client its pid, then its exit code."""
+    message, fds, _, _ = socket.recv_fds(connection, MESSAGE, 3)
+    request = json.loads(message)
+    refusal = imported.refusal(request["env"])
+    if refusal:
+        connection.send(json.dumps({"refused": refusal}).encode())
+        os._exit(0)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    pid = os.fork()
+    if pid == 0:
+        connection.close()
+        _child(request, fds, imported)
+    for fd in fds:
+        os.close(fd)
+    connection.send(json.dumps({"pid": pid}).encode())
+    _, status = os.waitpid(pid, 0)
+    connection.send(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
+    os._exit(0)
+
+
+def serve(path: str, modules: list[str]) -> None:
+    """Import ``modules``, say so on stdout, then fork a manager per connection on ``path``
+    until stdin closes (the test process has ended)."""
+    seen = dict(os.environ)
+    stderr = os.dup(2)
+    with tempfile.TemporaryFile() as said:
+        os.dup2(said.fileno(), 2)
+        for module in modules:
+            importlib.import_module(module)
+        sys.stderr.flush()
+        os.dup2(stderr, 2)
+        said.seek(0)
+        imported = _Imported(seen, threaded=len(os.listdir("/proc/self/task")) > 1, said=said.read())
+    os.close(stderr)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(64)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # managers are reaped by the kernel
+    print("ready", flush=True)
+    while True:
+        ready, _, _ = select.select([listener, sys.stdin], [], [])
+        if sys.stdin in ready:
+            return
+        connection, _ = listener.accept()
+        if os.fork() == 0:
+            listener.close()
+            _manage(connection, imported)
+        connection.close()
+
+
+def relay(script: str, args: list[str]) -> None:
+    """``python SCRIPT ARGS`` as a command of its own for a shell (``shim``): forked from
+    the server ``BYTECANARY_WARM`` names, its signals passed on, its exit this process's."""
+    if "BYTECANARY_WARM" not in os.environ:
+        os.execv(sys.executable, [sys.executable, script, *args])
+    process = Popen([sys.executable, script, *args])
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda sig, _: process.send_signal(sig))
+    code = process.wait()
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+
+
+def shim(path: Path, script: Path) -> Path:
+    """A command at ``path`` that runs ``script`` forked from the warm server ``BYTECANARY_WARM``
+    names (spawned where none is named), for a shell that finds it first on its PATH."""
+    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{__file__}" --relay "{script}" "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+if __name__ == "__main__" and sys.argv[1] == "--relay":
+    relay(sys.argv[2], sys.argv[3:])
+elif __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2:])
