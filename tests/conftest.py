@@ -1,6 +1,7 @@
 """Shared fixtures: tiny tokenizers of every family and a small prepared data folder
 (built in-process in seconds; nothing downloads)."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -33,6 +34,10 @@ def _share_the_cores() -> None:
 
 _share_the_cores()
 load_probes()  # every installed probe declares how its keys are shown, as in `bytecanary report`
+# Lightning sets a variable on import (PYTORCH_NVML_BASED_CUDA_CHECK): imported now, it is in
+# the environment each test starts in (``session_environment``), the warm servers' key
+importlib.import_module("lightning")
+SESSION_ENVIRONMENT = dict(os.environ)
 
 SAMPLE_TEXT = [
     "The quick brown fox jumps over the lazy dog.",
@@ -84,12 +89,28 @@ def _gpt2_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
 
 
+def _session_environment() -> None:
+    test = os.environ.get("PYTEST_CURRENT_TEST")  # pytest's own, removed by pytest
+    os.environ.clear()
+    os.environ.update(SESSION_ENVIRONMENT)
+    if test is not None:
+        os.environ["PYTEST_CURRENT_TEST"] = test
+
+
 @pytest.fixture(autouse=True)
-def own_wandb_service(monkeypatch):
-    """Every process a test starts runs a W&B service of its own, as a user's command does:
-    W&B names the test process's service in WANDB_SERVICE, and a child that inherits it shares
-    that service's runs (a killed child's run then stays "in use" for its resume)."""
-    monkeypatch.delenv("WANDB_SERVICE", raising=False)
+def session_environment() -> Iterator[None]:
+    """Each test starts in the environment this process started with, as a user's shell does:
+    commands run in-process set variables (Lightning's seed, datatrove's executor, W&B's
+    service, which a child that inherits it would share), and the warm servers are keyed on it."""
+    _session_environment()
+    yield
+    _session_environment()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_server() -> None:
+    """The warm server of the session's environment starts importing while the first tests run."""
+    warm.start(SESSION_ENVIRONMENT)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from . import warm
-from .conftest import write_config
+from .conftest import SESSION_ENVIRONMENT, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = sorted(p for p in (ROOT / "docs" / "tutorials").glob("*.md") if p.name != "README.md")
@@ -223,16 +223,16 @@ def warm_venv(folder: Path, venv: Path = ROOT / ".venv") -> Path:
 @pytest.fixture(scope="session")
 def venv_env(standins: Path, tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """(the working copies' .venv, the tutorials' shell environment): offline, the .venv's bin
-    on PATH, and the server that its ``bytecanary`` forks from, started as activated. A session
-    fixture runs before ``own_wandb_service``, so it drops the worker's W&B service itself."""
+    on PATH, and the server that its ``bytecanary`` forks from, started as activated; from the
+    session's environment, as a session fixture runs before ``session_environment``."""
     venv = warm_venv(tmp_path_factory.mktemp("warm") / ".venv")
     offline = {"HF_HUB_CACHE": str(standins / "hub"), "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     env = {
-        **{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"},
+        **SESSION_ENVIRONMENT,
         **GIT,
         **offline,
-        "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "PATH": f"{venv / 'bin'}{os.pathsep}{SESSION_ENVIRONMENT['PATH']}",
+        "OMP_NUM_THREADS": SESSION_ENVIRONMENT.get("OMP_NUM_THREADS", "1"),
     }
     activate = f". {venv / 'bin' / 'activate'} && env -0"
     shown = subprocess.run(["bash", "-c", activate], env=env, capture_output=True, check=True).stdout

@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PRELOAD = ("bytecanary.cli", "bytecanary.train.cli", "bytecanary.probes.runner", "bytecanary.report.writer")
 # variables read while a command runs, never while the preloaded modules import
-RUNTIME_ONLY = ("PYTEST_", "WANDB_", "BYTECANARY_", "GIT_", "PWD", "OLDPWD", "SHLVL", "_")
+RUNTIME_ONLY = ("PYTEST_", "WANDB_", "BYTECANARY_", "PL_", "GIT_", "PWD", "OLDPWD", "SHLVL", "_")
 MESSAGE = 1 << 20
-MAX_SERVERS = 4  # per test process: each holds its imports in memory
+MAX_SERVERS = 4  # per test process: each holds its imports in memory (about 0.7 GB)
 
 
 def import_time(env: dict[str, str]) -> dict[str, str]:
@@ -43,13 +43,13 @@ def import_time(env: dict[str, str]) -> dict[str, str]:
 _servers: dict[str, tuple[subprocess.Popen, Path]] = {}
 
 
-def server(env: dict[str, str]) -> Path | None:
-    """The socket of the server for ``env``'s import-time variables, started on first use (the
-    one ``BYTECANARY_WARM`` names, in a relay); None where it could not start."""
-    if "BYTECANARY_WARM" in env:
-        return Path(env["BYTECANARY_WARM"])
+def start(env: dict[str, str]) -> str | None:
+    """Starts the server for ``env``'s import-time variables if none runs, without waiting for
+    its imports; its key. None where there are ``MAX_SERVERS`` already (the first ones stay), or
+    where torch's import would start OpenMP threads (more than one allowed), which a fork does not
+    keep."""
     key = json.dumps(import_time(env), sort_keys=True)
-    if key not in _servers and len(_servers) == MAX_SERVERS:
+    if key not in _servers and (len(_servers) == MAX_SERVERS or env.get("OMP_NUM_THREADS") != "1"):
         return None
     if key not in _servers:
         path = Path(tempfile.mkdtemp(prefix="warm-")) / "socket"
@@ -62,6 +62,17 @@ def server(env: dict[str, str]) -> Path | None:
             text=True,
         )
         _servers[key] = (proc, path)
+    return key
+
+
+def server(env: dict[str, str]) -> Path | None:
+    """The socket of the server for ``env``'s import-time variables, once it has imported (the
+    one ``BYTECANARY_WARM`` names, in a relay); None where none could start."""
+    if "BYTECANARY_WARM" in env:
+        return Path(env["BYTECANARY_WARM"])
+    key = start(env)
+    if key is None:
+        return None
     proc, path = _servers[key]
     if proc.stdout is not None:  # its imports, waited for once
         ready = proc.stdout.readline()
