@@ -19,16 +19,19 @@ GPU_STAMP := $(GPU_VENV)/.installed
 
 venv: $(STAMP)
 
+# pip byte-compiles what it installs one file at a time; compileall does the same on every core,
+# and as pip does, leaves a file that does not compile here (torch ships Python 3.12-only ones)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
-		$(PY) -m pip install -q torch; \
+		$(PY) -m pip install -q --no-compile torch; \
 	else \
-		$(PY) -m pip install -q "torch==$(TORCH_VERSION)" \
+		$(PY) -m pip install -q --no-compile "torch==$(TORCH_VERSION)" \
 			$(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)); \
 	fi
-	$(PY) -m pip install -q -e '.[dev,lm-eval]'
+	$(PY) -m pip install -q --no-compile -e '.[dev,lm-eval]'
+	$(PY) -m compileall -q -j 0 $(VENV)/lib >/dev/null || true
 	touch $(STAMP)
 
 demo: $(STAMP)
