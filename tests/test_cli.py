@@ -2,6 +2,7 @@
 the code they name, and the demo's smoke path."""
 
 import re
+import shutil
 import sys
 import types
 
@@ -174,8 +175,9 @@ def test_defaults_live_in_the_signatures():
 
 
 @pytest.mark.slow
-def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capfd):
+def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capfd, small_data):
     config = write_config(tmp_path / "small.yaml")
+    shutil.copytree(small_data, tmp_path / "data")  # that config's data: its prepare finds it up to date
     micro = tmp_path / "micro.yaml"
     mcqa = {"name": "mcqa", "trial": True, "embedded_per_language": 4, "nonsense_per_language": 4,
             "generative_per_task": 2}  # fmt: skip

@@ -1,12 +1,6 @@
-"""Warm processes for the tests' commands: a server per xdist worker imports torch, Lightning and
-bytecanary once, then forks a fresh process for each ``python -c``/``-m``/script command, which
-skips the seconds of imports every command would pay and is otherwise the process a user starts.
-
-``Popen`` is ``subprocess.Popen`` with the command forked so where that is the same as spawning
-it (tests/test_warm.py): the same interpreter, no ``preexec_fn``/``pass_fds``, and every
-environment variable a module may read on import equal to the server's (a server per such
-environment); anything else is spawned. A command that needs an import it does not make would
-pass here: the tests of what a command imports spawn their processes (test_plugins, test_layout)."""
+"""Commands forked from a server that has imported torch, Lightning and bytecanary once, where a
+fork is the process ``python`` would start, spawned otherwise: the seconds of imports each command
+would pay, paid once per worker (docs/demo.md#how-the-suite-runs-commands)."""
 
 from __future__ import annotations
 
@@ -44,10 +38,9 @@ _servers: dict[str, tuple[subprocess.Popen, Path]] = {}
 
 
 def start(env: dict[str, str]) -> str | None:
-    """Starts the server for ``env``'s import-time variables if none runs, without waiting for
-    its imports; its key. None where there are ``MAX_SERVERS`` already (the first ones stay), or
-    where torch's import would start OpenMP threads (more than one allowed), which a fork does not
-    keep."""
+    """Starts the server for ``env``'s import-time variables, not waiting for its imports; its key.
+    None past ``MAX_SERVERS`` (the first stay), or where torch's import would start OpenMP threads
+    (more than one allowed), which a fork does not keep."""
     key = json.dumps(import_time(env), sort_keys=True)
     if key not in _servers and (len(_servers) == MAX_SERVERS or env.get("OMP_NUM_THREADS") != "1"):
         return None

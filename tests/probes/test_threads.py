@@ -3,12 +3,13 @@ jobs sharing a machine must not each take every core. Records say how many threa
 seconds were spent on."""
 
 import os
-import subprocess
 import sys
 
 import pytest
 
 from bytecanary.records import read as read_records
+
+from .. import warm
 
 
 @pytest.fixture
@@ -32,7 +33,8 @@ def _probe(folder, eval_dir, out, env, *extra):
         "--trial=true",
     ]
     cmd += ["--eval_sets.level0", str(level0), "--wandb=false", "--out", str(out), *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
+    # forked where OMP_NUM_THREADS is the warm server's (it read it on import), else spawned
+    proc = warm.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
     assert proc.returncode == 0, proc.stderr
     (record,) = read_records(out)
     assert record.status == "ok"
