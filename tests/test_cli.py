@@ -188,6 +188,7 @@ def test_demo_prepares_trains_probes_reports_and_summarises(tmp_path, capfd, sma
     args += ["--data_config", str(config), "--data", str(tmp_path / "data")]
     assert main(args) == 0
     printed, stderr = capfd.readouterr()
+    assert "[corpus] up to date, skipped" in printed  # the copy was found
     assert "validation perplexity:" in printed and "Level 1 (context-guided retrieval)" in printed
     assert "MCQA (accuracy, mean over tasks)" in printed and "validity/perplexity tokens:" in printed
     run = tmp_path / "runs" / "demo"

@@ -67,8 +67,13 @@ def test_a_forked_command_sees_and_does_what_a_spawned_one_does(form, tmp_path):
     assert want["x"] == "runtime" and want["nvml"] == os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
 
 
+def test_a_preloaded_module_runs_as_main_as_in_a_fresh_python(tmp_path):
+    spawned, forked = _both([sys.executable, "-m", "bytecanary.cli", "--help"], tmp_path)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (0, spawned.stdout, spawned.stderr)
+
+
 def test_an_exception_exit_text_and_a_kill_end_it_as_they_end_python(tmp_path):
-    for code in ("raise ValueError('boom')", "import sys; sys.exit('said')"):
+    for code in ("raise ValueError('boom')", "import sys; sys.exit('said')", "x: Undefined = 1"):
         spawned, forked = _both([sys.executable, "-c", code], tmp_path)
         assert forked.returncode == spawned.returncode == 1
         assert forked.stderr.splitlines()[-1] == spawned.stderr.splitlines()[-1]

@@ -5,6 +5,7 @@ would pay, paid once per worker (docs/demo.md#how-the-suite-runs-commands)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -16,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +35,7 @@ def import_time(env: dict[str, str]) -> dict[str, str]:
 # --- the client side: in the test process ---
 
 _servers: dict[str, tuple[subprocess.Popen, Path]] = {}
+_OWNER = os.getpid()
 
 
 def start(env: dict[str, str]) -> str | None:
@@ -73,11 +74,14 @@ def server(env: dict[str, str]) -> Path | None:
         proc.stdout = None
         if ready != "ready\n":
             proc.kill()
+            proc.wait()
     return path if proc.poll() is None else None
 
 
 @atexit.register
 def _stop_servers() -> None:
+    if os.getpid() != _OWNER:  # a fork of this process that exits normally
+        return
     for proc, path in _servers.values():
         proc.kill()
         proc.wait()
@@ -103,6 +107,11 @@ class Popen(subprocess.Popen):
 
     _control: socket.socket | None = None
 
+    def __init__(self, *args, tied: bool = False, **kwargs) -> None:
+        """``tied``: the command is SIGKILLed if this process dies first (a relay's)."""
+        self._tied = tied
+        super().__init__(*args, **kwargs)
+
     def _execute_child(self, *spawn) -> None:
         """``subprocess.Popen``'s POSIX spawn (same arguments), asking the server first."""
         args, executable, preexec_fn, _, pass_fds, cwd, env, _, _, shell = spawn[:10]
@@ -122,13 +131,17 @@ class Popen(subprocess.Popen):
         """Asks the server for the process; False where there is none or it refuses."""
         env = {os.fsdecode(k): os.fsdecode(v) for k, v in (os.environ if env is None else env).items()}
         path = server(env)
-        if path is None:
+        if path is None or not os.path.isdir(cwd or "."):  # a missing folder: spawning raises
             return False
-        request = {"command": command, "cwd": os.path.abspath(cwd or "."), "env": env, "session": session}
+        folder = os.path.abspath(cwd or ".")
+        request = {"command": command, "cwd": folder, "env": env, "session": session, "tied": self._tied}
         control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        control.connect(str(path))
-        socket.send_fds(control, [json.dumps(request).encode()], stdio)
-        reply = json.loads(control.recv(MESSAGE))
+        try:
+            control.connect(str(path))
+            socket.send_fds(control, [json.dumps(request).encode()], stdio)
+            reply = json.loads(control.recv(MESSAGE))
+        except (OSError, ValueError):  # the server is gone
+            reply = {}
         if "pid" not in reply:
             control.close()
             return False
@@ -142,8 +155,10 @@ class Popen(subprocess.Popen):
         if not ready:
             return None
         reply = self._control.recv(MESSAGE)
-        self._control.close()
-        return json.loads(reply)["returncode"] if reply else -signal.SIGKILL
+        self._control.close()  # the manager then reaps the process: its pid stays taken till now
+        if not reply:
+            raise RuntimeError(f"the warm server lost process {self.pid} of {self.args}")
+        return json.loads(reply)["returncode"]
 
     def _internal_poll(self, _deadstate=None, **unused) -> int | None:
         if self._control is None or self.returncode is not None:
@@ -216,22 +231,25 @@ def _run(command: list[str]) -> int:
         if command[0] == "-c":
             sys.argv = ["-c", *command[2:]]
             sys.path[0] = ""
-            exec(compile(command[1], "<string>", "exec"), main.__dict__)
+            exec(compile(command[1], "<string>", "exec", dont_inherit=True), main.__dict__)
         elif command[0] == "-m":
             sys.argv = [command[1], *command[2:]]
             sys.path[0] = os.getcwd()
+            sys.modules.pop(command[1], None)  # preloaded, not yet imported in a fresh python
             runpy._run_module_as_main(command[1])
         else:
             sys.argv = list(command)
             sys.path[0] = os.path.dirname(os.path.abspath(command[0]))
-            runpy.run_path(command[0], main.__dict__, run_name="__main__")
+            main.__file__ = command[0]
+            source = Path(command[0]).read_bytes()
+            exec(compile(source, command[0], "exec", dont_inherit=True), main.__dict__)
     except SystemExit as exit_:
         if exit_.code is None or isinstance(exit_.code, int):
             return exit_.code or 0
         print(exit_.code, file=sys.stderr)
         return 1
     except BaseException:
-        traceback.print_exc()
+        sys.excepthook(*sys.exc_info())
         return 1
     return 0
 
@@ -239,47 +257,71 @@ def _run(command: list[str]) -> int:
 def _child(request: dict, fds: list[int], imported: _Imported) -> None:
     """The command's process: the request's stdio, folder, environment and session, then the
     command, then the interpreter's shutdown (threads joined, atexit), as ``python`` does."""
-    if request["session"]:
-        os.setsid()
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-    for fd in set(fds):
-        if fd > 2:
+    code = 1
+    try:
+        if request["session"]:
+            os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in set(fds) - {0, 1, 2}:
             os.close(fd)
-    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(imported.environment(request["env"]))
-    os.write(2, imported.said)
-    code = _run(request["command"])
-    threading._shutdown()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    os._exit(code)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.chdir(request["cwd"])
+        env = imported.environment(request["env"])
+        os.environ.clear()
+        os.environ.update(env)
+        os.write(2, imported.said)
+        code = _run(request["command"])
+        threading._shutdown()
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    finally:
+        os._exit(code)
+
+
+def _ended(pid: int, tie: socket.socket | None) -> int:
+    """Waits for the process to end, leaving it unreaped; its exit code. SIGKILLs it first if
+    ``tie``, the connection of a client that asked for it, closes."""
+    ended = os.pidfd_open(pid)
+    watched = [ended] if tie is None else [ended, tie]
+    while ended not in select.select(watched, [], [])[0]:
+        os.kill(pid, signal.SIGKILL)
+        watched = [ended]
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
 def _manage(connection: socket.socket, imported: _Imported) -> None:
-    """Between the server and a command: forks it, tells the client its pid, then its exit code."""
-    message, fds, _, _ = socket.recv_fds(connection, MESSAGE, 3)
-    request = json.loads(message)
-    refusal = imported.refusal(request["env"])
-    if refusal:
-        connection.send(json.dumps({"refused": refusal}).encode())
+    """Between the server and a command: forks it, tells the client its pid, then its exit code,
+    and reaps it once the client has read that (until then its pid is taken, as a child's is)."""
+    pid = 0
+    try:
+        message, fds, _, _ = socket.recv_fds(connection, MESSAGE, 3)
+        request = json.loads(message)
+        refusal = imported.refusal(request["env"])
+        if refusal:
+            connection.send(json.dumps({"refused": refusal}).encode())
+            return
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        pid = os.fork()
+        if pid == 0:
+            connection.close()
+            _child(request, fds, imported)
+        for fd in fds:
+            os.close(fd)
+        connection.send(json.dumps({"pid": pid}).encode())
+        code = _ended(pid, connection if request["tied"] else None)
+        connection.send(json.dumps({"returncode": code}).encode())
+        connection.recv(MESSAGE)
+        os.waitpid(pid, 0)
+    except OSError:  # the client is gone: its process is reaped once it ends
+        if pid:
+            os.waitpid(pid, 0)
+    finally:
         os._exit(0)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    pid = os.fork()
-    if pid == 0:
-        connection.close()
-        _child(request, fds, imported)
-    for fd in fds:
-        os.close(fd)
-    connection.send(json.dumps({"pid": pid}).encode())
-    _, status = os.waitpid(pid, 0)
-    connection.send(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
-    os._exit(0)
 
 
 def serve(path: str, modules: list[str]) -> None:
@@ -317,12 +359,13 @@ def relay(script: str, args: list[str]) -> None:
     the server ``BYTECANARY_WARM`` names, its signals passed on, its exit this process's."""
     if "BYTECANARY_WARM" not in os.environ:
         os.execv(sys.executable, [sys.executable, script, *args])
-    process = Popen([sys.executable, script, *args])
+    process = Popen([sys.executable, script, *args], tied=True)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda sig, _: process.send_signal(sig))
     code = process.wait()
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError):  # SIGKILL's disposition cannot be set
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     sys.exit(code)
 
