@@ -10,6 +10,7 @@ import dataclasses
 import importlib
 import json
 import os
+import runpy
 import select
 import signal
 import socket
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -202,6 +204,7 @@ class _Imported:
     they wrote on stderr, which each command writes again)."""
 
     seen: dict[str, str]
+    added: dict[str, str]
     threaded: bool
     said: bytes
 
@@ -213,17 +216,10 @@ class _Imported:
         differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
         return f"its environment differs in {', '.join(differ)}, read on import" if differ else ""
 
-    def environment(self, env: dict[str, str]) -> dict[str, str]:
-        """``env`` as it is after the same imports (Lightning, for one, sets variables)."""
-        return {**env, **{k: v for k, v in os.environ.items() if self.seen.get(k) != v}}
-
 
 def _run(command: list[str]) -> int:
     """``python -c CODE ARGS``, ``python -m MODULE ARGS`` or ``python SCRIPT ARGS`` in this
     process, in a fresh ``__main__``; its exit code."""
-    import runpy
-    import types
-
     main = types.ModuleType("__main__")
     main.__builtins__ = __builtins__
     sys.modules["__main__"] = main
@@ -269,9 +265,8 @@ def _child(request: dict, fds: list[int], imported: _Imported) -> None:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.chdir(request["cwd"])
-        env = imported.environment(request["env"])
         os.environ.clear()
-        os.environ.update(env)
+        os.environ.update({**request["env"], **imported.added})  # as after the same imports
         os.write(2, imported.said)
         code = _run(request["command"])
         threading._shutdown()
@@ -336,7 +331,9 @@ def serve(path: str, modules: list[str]) -> None:
         sys.stderr.flush()
         os.dup2(stderr, 2)
         said.seek(0)
-        imported = _Imported(seen, threaded=len(os.listdir("/proc/self/task")) > 1, said=said.read())
+        added = {k: v for k, v in os.environ.items() if seen.get(k) != v}  # Lightning sets some
+        threaded = len(os.listdir("/proc/self/task")) > 1
+        imported = _Imported(seen, added, threaded, said.read())
     os.close(stderr)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)

@@ -72,8 +72,6 @@ def test_two_independent_workers_compute_each_pair_once(series, tmp_path):
 @pytest.mark.usefixtures("sigkill_probe")
 def test_a_killed_workers_pair_is_taken_over_once_its_claim_runs_out(series, tmp_path):
     out, marker = tmp_path / "p.jsonl", tmp_path / "killed"
-    # the specs as --probes, not --config: a config is read by the training CLI, whose import
-    # of Lightning would be most of the killed process's work
     probes = f"[{{name: level0, trial: true}}, {{name: sigkill, marker: '{marker}'}}]"
     args = ["probe", str(series), "--probes", probes, "--wandb=false", "--out", str(out)]
     args += ["--workers.lease", "2"]
