@@ -53,12 +53,27 @@ def command(cmd: list[str]) -> float:
 
 def stop(proc: subprocess.Popen) -> None:
     """SIGTERM to ``proc``'s process group, which torchrun passes on to its workers (they run
-    in sessions of their own), then SIGKILL; its pipes are closed, not read."""
+    in sessions of their own), then SIGKILL; returns once the group is gone, pipes closed."""
     for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        deadline = time.monotonic() + grace
         with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
             os.killpg(proc.pid, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
+        if group_gone(proc.pid, deadline):
             break
     for pipe in (proc.stdout, proc.stderr):
         pipe.close()
+
+
+def group_gone(group: int, deadline: float) -> bool:
+    """Whether the last process of ``group`` ends by ``deadline`` (``time.monotonic``): the
+    leader's exit does not wait for the others, which may still be dying of the same signal."""
+    while True:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
