@@ -8,6 +8,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import hashlib
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,13 +45,15 @@ _WORDLISTS = ("large", "best")
 
 @lru_cache(maxsize=8)
 def word_distribution(code: str, vocabulary: int) -> tuple[list[str], np.ndarray]:
+    """The ``vocabulary`` most frequent words of the language's script, and their CDF; the
+    word list is checked only as far as they reach (a CJK list holds 300,000 entries)."""
     import wordfreq
 
     lang = LANGUAGES[code]
     wordlist = next(w for w in _WORDLISTS if lang.code in wordfreq.available_languages(w))
     freqs = wordfreq.get_frequency_dict(lang.code, wordlist=wordlist)
     ranked = sorted(freqs.items(), key=lambda kv: (-kv[1], kv[0]))
-    words = [(w, f) for w, f in ranked if is_word_of(w, lang)][:vocabulary]
+    words = list(itertools.islice(((w, f) for w, f in ranked if is_word_of(w, lang)), vocabulary))
     cdf = np.cumsum([f for _, f in words])
     return [w for w, _ in words], cdf / cdf[-1]
 
