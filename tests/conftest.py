@@ -1,6 +1,7 @@
 """Shared fixtures: tiny tokenizers of every family and a small prepared data folder
 (built in-process in seconds; nothing downloads)."""
 
+import functools
 import importlib
 import json
 import os
@@ -221,15 +222,23 @@ def run_train(config: Path, *args: str, env: dict | None = None) -> subprocess.C
 
 def wandb_records(run_dir: Path, kind: str) -> list[dict]:
     """Records of an offline W&B run, read back with W&B's own log inspector."""
+    run_dir = Path(run_dir)
+    logs = [run_dir] if run_dir.is_file() else sorted(run_dir.rglob("*.wandb"))
+    state = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in logs)
+    lines = _inspected(str(run_dir), state).splitlines()
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    return [r[kind] for r in records if r.get("type") == kind]
+
+
+@functools.lru_cache(maxsize=16)
+def _inspected(run_dir: str, state: tuple) -> str:
+    """The inspector's output for ``run_dir`` while its log files are in ``state`` (paths, sizes,
+    times): a test that asks for several kinds of records starts it once."""
     wandb_bin = Path(sys.executable).parent / "wandb"
     out = subprocess.run(
-        [str(wandb_bin), "leet", "inspect", "--json", str(run_dir)],
-        capture_output=True,
-        text=True,
-        check=True,
+        [str(wandb_bin), "leet", "inspect", "--json", run_dir], capture_output=True, text=True, check=True
     )
-    records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    return [r[kind] for r in records if r.get("type") == kind]
+    return out.stdout
 
 
 def assert_same_measurement(got: dict[str, float], want: dict[str, float], tol: float = 1e-5) -> None:
