@@ -98,6 +98,12 @@ def _session_environment() -> None:
         os.environ["PYTEST_CURRENT_TEST"] = test
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long end-to-end tests (marker ``slow``) run first, so that pytest-xdist's workers end
+    on short tests rather than one waiting for the other's last long one."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def session_environment() -> Iterator[None]:
     """Each test starts in the environment this process started with, as a user's shell does:

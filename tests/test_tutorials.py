@@ -247,6 +247,7 @@ def test_every_tutorial_has_blocks_that_run():
         assert any(not marked(b) for _, b in bash_blocks(path)), path.name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.name)
 def test_a_tutorial_runs_as_written(path, standins, venv_env, tmp_path):
     blocks = bash_blocks(path)
