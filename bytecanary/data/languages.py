@@ -4,6 +4,8 @@ characters are multi-byte characters of the language's own Unicode blocks (arXiv
 
 from __future__ import annotations
 
+import functools
+import re
 import unicodedata
 from dataclasses import dataclass
 
@@ -95,8 +97,14 @@ def block_characters(blocks: list[tuple[int, int]]) -> list[str]:
 def is_word_of(word: str, lang: Language) -> bool:
     """Whether a word-list entry belongs to the language's script (drops Latin words
     from CJK lists, digits, symbols)."""
-    if lang.code == "en":
-        return word.replace("'", "").isalpha() and all(
-            c.isascii() or in_blocks(c, lang.word_blocks) for c in word
-        )
-    return all(in_blocks(c, lang.word_blocks) for c in word)
+    if lang.code == "en" and not word.replace("'", "").isalpha():
+        return False
+    return _made_of(tuple(lang.word_blocks), with_ascii=lang.code == "en").fullmatch(word) is not None
+
+
+@functools.cache
+def _made_of(blocks: tuple[tuple[int, int], ...], with_ascii: bool) -> re.Pattern[str]:
+    """Strings of characters of ``blocks`` (and ASCII): one match per word, where testing each
+    character against each block takes seconds over a 300,000-word list."""
+    ranges = [(0, 0x7F)] * with_ascii + list(blocks)
+    return re.compile("[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges) + "]*")

@@ -7,12 +7,26 @@ import pytest
 
 from bytecanary.data.config import DatasetSource, SyntheticSource
 from bytecanary.data.corpus import dataset_documents, synthetic_documents
-from bytecanary.data.languages import LANGUAGES, in_blocks
+from bytecanary.data.languages import LANGUAGES, in_blocks, is_word_of
 from bytecanary.errors import BytecanaryError
 
 
 def _docs(code: str, mb: float = 0.05, seed: int = 0) -> list[str]:
     return list(synthetic_documents(LANGUAGES[code], SyntheticSource(megabytes=mb), seed))
+
+
+def test_a_word_of_a_language_is_made_of_its_letters_character_by_character():
+    """``is_word_of`` against its definition spelled out per character, on each word list's
+    head and the edges (empty, apostrophes, ASCII's last and the first non-ASCII code point)."""
+    import wordfreq
+
+    edges = ["", "'", "don't", "ab1", "\x7f", "\x80", "À", "×", "ǅ", "ẞ", "中a", "𠀀", "ア", "가", "ａ"]
+    for code, lang in LANGUAGES.items():
+        for words in (wordfreq.top_n_list(other, 3000) for other in LANGUAGES):
+            for word in [*words, *edges]:
+                own = all(in_blocks(c, lang.word_blocks) or (code == "en" and c.isascii()) for c in word)
+                letters = code != "en" or word.replace("'", "").isalpha()
+                assert is_word_of(word, lang) == (own and letters), (code, word)
 
 
 def test_synthetic_is_deterministic_and_sized():
