@@ -1,6 +1,8 @@
 """Shared fixtures: tiny tokenizers of every family and a small prepared data folder
 (built in-process in seconds; nothing downloads)."""
 
+from __future__ import annotations
+
 import functools
 import importlib
 import json
@@ -11,34 +13,45 @@ import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
 import yaml
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import ByT5Tokenizer, PreTrainedTokenizerFast
-
-from bytecanary.probes import load_probes
 
 from . import warm
+
+if TYPE_CHECKING:
+    from transformers import ByT5Tokenizer, PreTrainedTokenizerFast
+
+# the environment each test starts in (``session_environment``) and the warm servers' key
+SESSION_ENVIRONMENT: dict[str, str] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A process that runs tests shares the cores, loads every installed probe (which declares how
+    its keys are shown, as in `bytecanary report`) and notes its environment; pytest-xdist's
+    controller only hands tests out, and importing torch there would delay the workers' start."""
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    _share_the_cores()
+    from bytecanary.probes import load_probes
+
+    load_probes()
+    importlib.import_module("lightning")  # which sets PYTORCH_NVML_BASED_CUDA_CHECK on import
+    SESSION_ENVIRONMENT.update(os.environ)
 
 
 def _share_the_cores() -> None:
     """Under pytest-xdist each worker takes its share of the cores (unless OMP_NUM_THREADS says
     otherwise), it and the processes its tests start: threads beyond the cores slow all down."""
+    import torch
+
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
         share = max(1, (os.cpu_count() or 1) // workers)
         os.environ["OMP_NUM_THREADS"] = str(share)
         torch.set_num_threads(share)
 
-
-_share_the_cores()
-load_probes()  # every installed probe declares how its keys are shown, as in `bytecanary report`
-# Lightning sets a variable on import (PYTORCH_NVML_BASED_CUDA_CHECK): imported now, it is in
-# the environment each test starts in (``session_environment``), the warm servers' key
-importlib.import_module("lightning")
-SESSION_ENVIRONMENT = dict(os.environ)
 
 SAMPLE_TEXT = [
     "The quick brown fox jumps over the lazy dog.",
@@ -49,6 +62,9 @@ SAMPLE_TEXT = [
 
 
 def _byte_fallback_tokenizer() -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
     specials = ["<unk>", "<s>", "</s>", "<pad>"]
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
@@ -77,6 +93,9 @@ def _byte_fallback_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def _gpt2_tokenizer() -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -132,6 +151,8 @@ def gpt2_tokenizer() -> PreTrainedTokenizerFast:
 
 @pytest.fixture(scope="session")
 def bytes_tokenizer() -> ByT5Tokenizer:
+    from transformers import ByT5Tokenizer
+
     return ByT5Tokenizer()
 
 
