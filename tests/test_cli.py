@@ -223,6 +223,7 @@ def test_bad_config_is_one_line_on_stderr(tmp_path, capsys):
     assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
 
 
+@pytest.mark.slow
 def test_prepare_takes_a_field_of_its_data_config_as_a_flag(tmp_path, capsys):
     """``--tokenizer.vocab_size`` over configs/data/synthetic.yaml (its text cut small)."""
     from tokenizers import Tokenizer

@@ -85,6 +85,7 @@ _utf8_heavy = st.lists(
 ).map(b"".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=1500, deadline=None)
 @given(st.lists(_utf8_heavy, min_size=1, max_size=10))
 def test_streams_made_of_characters_and_near_misses(streams):

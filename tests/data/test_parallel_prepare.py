@@ -84,6 +84,7 @@ def test_chunks_hold_the_documents_a_plain_pass_encodes(chunked):
             assert np.array_equal(series[0 : len(series)], np.array(flat, dtype=index["dtype"]))
 
 
+@pytest.mark.slow
 def test_one_and_three_workers_write_the_same_bytes(chunked, tmp_path):
     three = prepare(
         write_config(tmp_path / "chunked.yaml", **CHUNKED), tmp_path / "data", run=Parallel(workers=3)
@@ -171,6 +172,7 @@ def _run_array(pickled: Path, tasks: int) -> None:
     subprocess.run([sys.executable, "-c", code, str(pickled), str(tasks)], env=env, check=True)
 
 
+@pytest.mark.slow
 def test_slurm_path_submits_job_arrays_whose_tasks_write_the_local_bytes(
     chunked, tmp_path, monkeypatch, capsys
 ):

@@ -130,6 +130,7 @@ def test_changed_config_reruns_only_the_stages_it_touches(small_data, tmp_path, 
     assert max(sum(e.tier == t for e in level0.entries) for t in evalsets.TIERS) == 10
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_and_leaves_no_partial_output(tmp_path, small_data):
     """The corpus stage is copied from ``small_data`` (same config, same hash), so the process
     to kill starts at the tokenizer stage and is killed once that stage has begun."""

@@ -586,6 +586,7 @@ def test_a_group_gives_its_language_to_the_tasks_that_say_none(offline, tmp_path
     assert languages == {("mc_zh", "zh"), ("mc_ja", "ja")}  # mc_zh's metadata says zh
 
 
+@pytest.mark.slow
 def test_an_unknown_task_is_one_line(offline):
     probe = get_probe("mcqa", tasks=[{"name": "xcopa_zz", "source": "lm_eval", "language": "zh"}],
                       embedded_per_language=0, nonsense_per_language=0)  # fmt: skip

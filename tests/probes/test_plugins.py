@@ -85,6 +85,7 @@ def declaring_plugin(tmp_path, monkeypatch):
         yield
 
 
+@pytest.mark.slow
 def test_a_probe_in_three_files_of_another_package_shows_everywhere(
     toy_plugin, byte_fallback_tokenizer, tmp_path, capsys
 ):

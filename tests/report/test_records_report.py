@@ -185,6 +185,7 @@ def test_a_folder_without_records_is_one_line_saying_what_it_needs(tmp_path, cap
     assert capsys.readouterr().err.startswith("error: --out goes with two or more PATHS; ")
 
 
+@pytest.mark.slow
 def test_wandb_true_on_a_training_run_without_one_is_an_error_and_unset_is_quiet(tmp_path, capsys):
     run = make_run(tmp_path)
     assert main(["report", str(run), "--wandb=true"]) == 2

@@ -247,6 +247,7 @@ def test_failed_write_keeps_the_previous_report_whole(reported, tmp_path, monkey
     assert not (run / "report").exists()
 
 
+@pytest.mark.slow
 def test_report_logs_figures_to_the_runs_offline_wandb_run(tmp_path, monkeypatch, capsys):
     import wandb
 
@@ -326,6 +327,7 @@ def test_report_states_both_ratios_when_greedy_validity_flips(tmp_path):
     assert f"p_valid/perplexity tokens: 2.00x (95% CI {r.lo:.2f}-{r.hi:.2f})" in report_summary(run)
 
 
+@pytest.mark.slow
 def test_report_takes_its_tolerances_as_flags_and_refuses_one_out_of_range(tmp_path, capsys):
     run = make_run(tmp_path)
     assert main(["report", str(run), "--wandb=false"]) == 0
