@@ -57,13 +57,22 @@ def bootstrap_ci(
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of ``statistic`` with a fixed seed (reproducible)."""
     data = np.asarray(values)
-    if len(data) == 0:
+    drawn = [statistic(data[rows]) for rows in resamples(len(data), n_resamples, seed)]
+    return percentile_ci(drawn, confidence)
+
+
+def resamples(n: int, n_resamples: int, seed: int = 0) -> np.ndarray:
+    """The indices of ``n_resamples`` bootstrap resamples of ``n`` values, one row each: several
+    statistics of the same resamples need them drawn once."""
+    if n == 0:
         raise ValueError("bootstrap_ci needs at least one value")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(data), (n_resamples, len(data)))
-    stats = np.array([statistic(data[row]) for row in idx])
+    return np.random.default_rng(seed).integers(0, n, (n_resamples, n))
+
+
+def percentile_ci(statistics: ArrayLike, confidence: float = 0.95) -> tuple[float, float]:
+    """The percentile interval of a statistic's values over bootstrap resamples."""
     tail = (1 - confidence) / 2 * 100
-    lo, hi = np.percentile(stats, [tail, 100 - tail])
+    lo, hi = np.percentile(np.asarray(statistics), [tail, 100 - tail])
     return float(lo), float(hi)
 
 

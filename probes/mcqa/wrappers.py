@@ -120,9 +120,9 @@ def sensitivity(correct: np.ndarray, parsable: np.ndarray, n_resamples: int = 10
         fsi = float(acc.max() - acc.min())
         return {"fsi": fsi, "psi": float(par.max() - par.min()), "nfsi": fsi / (float(acc.mean()) + 1e-6)}
 
-    items = np.arange(len(correct))
-    out = indices(items)
-    for name in ("fsi", "psi", "nfsi") if n_resamples else ():
-        lo, hi = stats.bootstrap_ci(items, lambda r, n=name: indices(r)[n], n_resamples, seed=seed)
-        out[f"{name}_lo"], out[f"{name}_hi"] = lo, hi
+    out = indices(np.arange(len(correct)))
+    if n_resamples:
+        drawn = [indices(rows) for rows in stats.resamples(len(correct), n_resamples, seed)]
+        for name in ("fsi", "psi", "nfsi"):
+            out[f"{name}_lo"], out[f"{name}_hi"] = stats.percentile_ci([d[name] for d in drawn])
     return out

@@ -147,8 +147,15 @@ def test_sensitivity_indices_and_their_bootstrap():
     assert got["psi"] == pytest.approx(max(par) - min(par))
     assert got["nfsi"] == pytest.approx((max(acc) - min(acc)) / (np.mean(acc) + 1e-6))
     draws = np.random.default_rng(3).integers(0, 40, (200, 40))
-    fsis = [np.ptp(correct[d].mean(axis=(0, 2))) for d in draws]
-    assert (got["fsi_lo"], got["fsi_hi"]) == pytest.approx(tuple(np.percentile(fsis, [2.5, 97.5])))
+    accs = [correct[d].mean(axis=(0, 2)) for d in draws]
+    by_index = {
+        "fsi": [np.ptp(a) for a in accs],
+        "psi": [np.ptp(parsable[d].mean(axis=(0, 2))) for d in draws],
+        "nfsi": [np.ptp(a) / (a.mean() + 1e-6) for a in accs],
+    }
+    for name, values in by_index.items():  # each index over the same resamples
+        want = tuple(np.percentile(values, [2.5, 97.5]))
+        assert (got[f"{name}_lo"], got[f"{name}_hi"]) == pytest.approx(want), name
     assert wrappers.delta_tok(np.array([[100, 104, 96]])) == pytest.approx(8 / 100)
 
 
