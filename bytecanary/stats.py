@@ -72,7 +72,7 @@ def resamples(n: int, n_resamples: int, seed: int = 0) -> np.ndarray:
 def percentile_ci(statistics: ArrayLike, confidence: float = 0.95) -> tuple[float, float]:
     """The percentile interval of a statistic's values over bootstrap resamples."""
     tail = (1 - confidence) / 2 * 100
-    lo, hi = np.percentile(np.asarray(statistics), [tail, 100 - tail])
+    lo, hi = np.percentile(statistics, [tail, 100 - tail])
     return float(lo), float(hi)
 
 

@@ -34,6 +34,13 @@ class Language:
     comma: str
     template: str  # a Level 1 sentence around a character {c}, when held-out text runs short
 
+    @functools.cached_property
+    def word_pattern(self) -> re.Pattern[str]:
+        """Strings of the characters a word may use: one match per word, where testing each
+        character against each block takes seconds over a 300,000-word list."""
+        ranges = [(0, 0x7F)] * (self.code == "en") + self.word_blocks
+        return re.compile("[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges) + "]*")
+
 
 LANGUAGES: dict[str, Language] = {
     "en": Language(
@@ -99,12 +106,4 @@ def is_word_of(word: str, lang: Language) -> bool:
     from CJK lists, digits, symbols)."""
     if lang.code == "en" and not word.replace("'", "").isalpha():
         return False
-    return _made_of(tuple(lang.word_blocks), with_ascii=lang.code == "en").fullmatch(word) is not None
-
-
-@functools.cache
-def _made_of(blocks: tuple[tuple[int, int], ...], with_ascii: bool) -> re.Pattern[str]:
-    """Strings of characters of ``blocks`` (and ASCII): one match per word, where testing each
-    character against each block takes seconds over a 300,000-word list."""
-    ranges = [(0, 0x7F)] * with_ascii + list(blocks)
-    return re.compile("[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges) + "]*")
+    return lang.word_pattern.fullmatch(word) is not None
