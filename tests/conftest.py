@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
-from . import warm
+from . import sharing, warm
 
 if TYPE_CHECKING:
     from transformers import ByT5Tokenizer, PreTrainedTokenizerFast
@@ -117,10 +117,11 @@ def _session_environment() -> None:
         os.environ["PYTEST_CURRENT_TEST"] = test
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long end-to-end tests (marker ``slow``) run first, so that pytest-xdist's workers end
-    on short tests rather than one waiting for the other's last long one."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long end-to-end tests (marker ``slow``) run first on each worker, so that they end on
+    short tests rather than one waiting for the other's last long one."""
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    items[:] = sharing.worker_order(items, workers)
 
 
 @pytest.fixture(autouse=True)
@@ -189,10 +190,13 @@ def write_config(path: Path, **overrides) -> Path:
 
 @pytest.fixture(scope="session")
 def small_data(tmp_path_factory) -> Path:
+    """The tests' prepared data folder (``SMALL``), one for all workers: tests only read it."""
     from bytecanary.data.prepare import prepare
 
-    root = tmp_path_factory.mktemp("small")
-    return prepare(write_config(root / "small.yaml"), root / "data")
+    def build(root: Path) -> Path:
+        return prepare(write_config(root / "small.yaml"), root / "data")
+
+    return sharing.built_once(tmp_path_factory, "small", build)
 
 
 # --- a micro GPT-2 config over the small data, trained as a subprocess like a user would ---

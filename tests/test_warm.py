@@ -95,3 +95,31 @@ def test_a_variable_read_on_import_unlike_the_servers_is_spawned_not_forked():
         env = {**single(), **env, "BYTECANARY_WARM": server}  # that server, as a relay asks it
         done = warm.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         assert (int(done.stdout) != os.getpid()) == forked, env
+
+
+PARENT = textwrap.dedent(
+    """
+    import json, os, subprocess, sys
+    child = (
+        "import json, os, sys; preloaded = 'torch' in sys.modules\\n"
+        "from lightning.fabric.utilities.rank_zero import rank_zero_only\\n"
+        "print(json.dumps([preloaded, rank_zero_only.rank, os.getpgid(0)]))"
+    )
+    done = subprocess.run([sys.executable, "-c", child], env={**os.environ, "LOCAL_RANK": "1"},
+                          capture_output=True, text=True, check=True)
+    print(json.dumps([os.getpgid(0), *json.loads(done.stdout)]))
+    """
+)
+
+
+@pytest.mark.parametrize("session", [False, True])
+def test_a_forked_commands_own_python_commands_are_forked_as_a_rank_sees_itself(session):
+    """As Lightning starts a second rank: the child gets its rank from ``LOCAL_RANK`` as a fresh
+    import does and joins its parent's process group; a parent in a session of its own (whose
+    group no process of the server's session can join) spawns its children."""
+    args = [sys.executable, "-c", PARENT]
+    spawned = subprocess.run(args, capture_output=True, text=True, env=single(), start_new_session=session)
+    forked = warm.run(args, capture_output=True, text=True, env=single(), start_new_session=session)
+    group, preloaded, rank, child_group = json.loads(forked.stdout)
+    assert json.loads(spawned.stdout)[1:3] == [False, 1]
+    assert (preloaded, rank, child_group) == (not session, 1, group)

@@ -25,19 +25,22 @@ ROOT = Path(__file__).resolve().parents[1]
 PRELOAD = ("bytecanary.cli", "bytecanary.train.cli", "bytecanary.probes.runner", "bytecanary.report.writer")
 # variables read while a command runs, never while the preloaded modules import
 RUNTIME_ONLY = ("PYTEST_", "WANDB_", "BYTECANARY_", "PL_", "GIT_", "PWD", "OLDPWD", "SHLVL", "_")
+# a distributed rank's variables; of them Lightning reads its rank on import, which a fork sets again
+RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 MESSAGE = 1 << 20
 MAX_SERVERS = 4  # per test process: each holds its imports in memory (about 0.7 GB)
 
 
 def import_time(env: dict[str, str]) -> dict[str, str]:
     """The variables of ``env`` that a module may read on import: equal ones give equal imports."""
-    return {k: v for k, v in env.items() if not k.startswith(RUNTIME_ONLY)}
+    return {k: v for k, v in env.items() if not k.startswith(RUNTIME_ONLY) and k not in RANKS}
 
 
 # --- the client side: in the test process ---
 
 _servers: dict[str, tuple[subprocess.Popen, Path]] = {}
 _OWNER = os.getpid()
+_home: Path | None = None  # in a command forked from a server: that server, which forks its commands too
 
 
 def start(env: dict[str, str]) -> str | None:
@@ -66,6 +69,8 @@ def server(env: dict[str, str]) -> Path | None:
     one ``BYTECANARY_WARM`` names, in a relay); None where none could start."""
     if "BYTECANARY_WARM" in env:
         return Path(env["BYTECANARY_WARM"])
+    if _home is not None:
+        return _home
     key = start(env)
     if key is None:
         return None
@@ -136,7 +141,8 @@ class Popen(subprocess.Popen):
         if path is None or not os.path.isdir(cwd or "."):  # a missing folder: spawning raises
             return False
         folder = os.path.abspath(cwd or ".")
-        request = {"command": command, "cwd": folder, "env": env, "session": session, "tied": self._tied}
+        request = {"command": command, "cwd": folder, "env": env, "session": session, "tied": self._tied,
+                   "group": os.getpgid(0), "sid": os.getsid(0)}  # fmt: skip
         control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             control.connect(str(path))
@@ -208,11 +214,13 @@ class _Imported:
     threaded: bool
     said: bytes
 
-    def refusal(self, env: dict[str, str]) -> str:
-        """Why a fork would not be the process ``python`` starts with ``env`` ('' where it would)."""
+    def refusal(self, request: dict) -> str:
+        """Why a fork would not be the process ``python`` starts for ``request`` ('' where it would)."""
         if self.threaded:
             return "the server runs threads, which a fork does not keep"
-        ours, theirs = import_time(self.seen), import_time(env)
+        if request["sid"] != os.getsid(0) and not request["session"]:
+            return "the client is in another session, whose process group a child joins"
+        ours, theirs = import_time(self.seen), import_time(request["env"])
         differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
         return f"its environment differs in {', '.join(differ)}, read on import" if differ else ""
 
@@ -250,13 +258,17 @@ def _run(command: list[str]) -> int:
     return 0
 
 
-def _child(request: dict, fds: list[int], imported: _Imported) -> None:
-    """The command's process: the request's stdio, folder, environment and session, then the
-    command, then the interpreter's shutdown (threads joined, atexit), as ``python`` does."""
+def _child(request: dict, fds: list[int], imported: _Imported, home: Path) -> None:
+    """The command's process: the request's stdio, folder, environment and process group or
+    session, then the command, then the interpreter's shutdown (threads joined, atexit), as
+    ``python`` does. Its own commands of this interpreter are forked from ``home`` too."""
+    global _home
     code = 1
     try:
         if request["session"]:
             os.setsid()
+        else:
+            os.setpgid(0, request["group"])
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         for fd in set(fds) - {0, 1, 2}:
@@ -267,6 +279,11 @@ def _child(request: dict, fds: list[int], imported: _Imported) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update({**request["env"], **imported.added})  # as after the same imports
+        rank_zero = sys.modules.get("lightning.fabric.utilities.rank_zero")
+        if rank_zero is not None:  # Lightning's rank, as its import reads it (RANKS)
+            rank_zero.rank_zero_only.rank = rank_zero._get_rank() or 0
+        _home = home
+        subprocess.Popen = Popen
         os.write(2, imported.said)
         code = _run(request["command"])
         threading._shutdown()
@@ -289,14 +306,14 @@ def _ended(pid: int, tie: socket.socket | None) -> int:
     return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
-def _manage(connection: socket.socket, imported: _Imported) -> None:
+def _manage(connection: socket.socket, imported: _Imported, home: Path) -> None:
     """Between the server and a command: forks it, tells the client its pid, then its exit code,
     and reaps it once the client has read that (until then its pid is taken, as a child's is)."""
     pid = 0
     try:
         message, fds, _, _ = socket.recv_fds(connection, MESSAGE, 3)
         request = json.loads(message)
-        refusal = imported.refusal(request["env"])
+        refusal = imported.refusal(request)
         if refusal:
             connection.send(json.dumps({"refused": refusal}).encode())
             return
@@ -304,7 +321,7 @@ def _manage(connection: socket.socket, imported: _Imported) -> None:
         pid = os.fork()
         if pid == 0:
             connection.close()
-            _child(request, fds, imported)
+            _child(request, fds, imported, home)
         for fd in fds:
             os.close(fd)
         connection.send(json.dumps({"pid": pid}).encode())
@@ -347,7 +364,7 @@ def serve(path: str, modules: list[str]) -> None:
         connection, _ = listener.accept()
         if os.fork() == 0:
             listener.close()
-            _manage(connection, imported)
+            _manage(connection, imported, Path(path))
         connection.close()
 
 

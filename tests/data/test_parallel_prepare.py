@@ -23,7 +23,7 @@ from bytecanary.data.parallel import Parallel
 from bytecanary.data.prepare import prepare
 from bytecanary.data.shards import TokenSeries, docs_within, open_split
 
-from .. import warm
+from .. import sharing, warm
 from ..conftest import SMALL, write_config
 
 CHUNKED = {"chunk_megabytes": 0.03}  # about ten chunks per language
@@ -40,8 +40,10 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def chunked(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("chunked")
-    return prepare(write_config(root / "chunked.yaml", **CHUNKED), root / "data", run=Parallel(workers=1))
+    def build(root: Path) -> Path:
+        return prepare(write_config(root / "chunked.yaml", **CHUNKED), root / "data", run=Parallel(workers=1))
+
+    return sharing.built_once(tmp_path_factory, "chunked", build)
 
 
 def test_chunked_cut_equals_the_whole_array_cut():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .. import warm
+from .. import sharing, warm
 from ..conftest import MICRO, SESSION_ENVIRONMENT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,9 +28,7 @@ def command(*args: str, prelude: str = "") -> list[str]:
     return [sys.executable, "-c", code, *map(str, args)]
 
 
-def bytecanary(
-    *args: str, prelude: str = "", preexec=None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
+def bytecanary(*args: str, prelude: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
     """``bytecanary ARGS`` in a process of its own (``env``: variables added to ours)."""
     return warm.run(
         command(*args, prelude=prelude),
@@ -38,7 +36,6 @@ def bytecanary(
         capture_output=True,
         text=True,
         env={**os.environ, **QUIET, **(env or {})},
-        preexec_fn=preexec,
     )
 
 
@@ -131,10 +128,12 @@ def trained_kept(tmp_path_factory, small_data) -> Path:
 def _train(tmp_path_factory, small_data, name: str, *args: str) -> Path:
     from bytecanary.train.cli import main
 
-    root = tmp_path_factory.mktemp("faults")
-    config = micro_config(root / "micro.yaml", small_data, root / "runs")
-    assert main(["--config", str(config), "--run.name", name, "--trainer.max_steps", "8", *args]) == 0
-    return root / "runs" / name
+    def build(root: Path) -> Path:
+        config = micro_config(root / "micro.yaml", small_data, root / "runs")
+        assert main(["--config", str(config), "--run.name", name, "--trainer.max_steps", "8", *args]) == 0
+        return root / "runs" / name
+
+    return sharing.built_once(tmp_path_factory, f"faults_{name}", build)
 
 
 def copy_run(run: Path, to: Path) -> Path:

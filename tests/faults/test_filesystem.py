@@ -3,7 +3,6 @@ existed before is lost: a full disk (RLIMIT_FSIZE -> EFBIG), an output path unde
 file or that is one, a truncated stage.json or model.safetensors."""
 
 import json
-import resource
 import shutil
 
 import pytest
@@ -15,10 +14,10 @@ from ..conftest import write_config
 from .conftest import bytecanary, copy_run, digests, last_error, one_error
 
 
-def _file_size_limit(limit: int):
-    """preexec_fn: files may grow to ``limit`` bytes; a larger write fails with EFBIG (Python
+def _file_size_limit(limit: int) -> str:
+    """A prelude: files may grow to ``limit`` bytes; a larger write fails with EFBIG (Python
     ignores SIGXFSZ, so it is an OSError, not a killed process)."""
-    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return f"import resource\nresource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))"
 
 
 @pytest.mark.slow
@@ -31,7 +30,7 @@ def test_a_full_disk_during_training_is_one_line_and_keeps_every_checkpoint(run_
     metrics = (run / "metrics.jsonl").read_bytes()
     size = (run / "checkpoints" / f"step0000008{fails}").stat().st_size
     proc = bytecanary("train", "--config", config, "--run.name", "copy", "--trainer.max_steps", "12",
-                      "--run.resume", "true", preexec=_file_size_limit(size // 2))  # fmt: skip
+                      "--run.resume", "true", prelude=_file_size_limit(size // 2))  # fmt: skip
     assert proc.returncode == 2
     last_error(proc.stderr, str(run / "checkpoints" / f"step0000012{fails}"), "File too large")
     after = digests(run / "checkpoints")

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,7 @@ from bytecanary.probes.claims import Claims
 from bytecanary.probes.dist import default_worker, is_lead, worker_device
 from bytecanary.records import read as read_records
 
-from .. import warm
+from .. import sharing, warm
 from ..conftest import assert_same_measurement
 from .conftest import QUIET, ROOT, bytecanary, command, micro_config
 
@@ -28,10 +29,12 @@ def series(tmp_path_factory, small_data):
     """A micro run with a weights file every 2 steps: six checkpoints."""
     from bytecanary.train.cli import main
 
-    root = tmp_path_factory.mktemp("series")
-    config = micro_config(root / "micro.yaml", small_data, root / "runs", checkpoint_every=2)
-    assert main(["--config", str(config), "--run.name", "s", "--trainer.max_steps", "12"]) == 0
-    folder = root / "runs" / "s" / "checkpoints"
+    def build(root: Path) -> Path:
+        config = micro_config(root / "micro.yaml", small_data, root / "runs", checkpoint_every=2)
+        assert main(["--config", str(config), "--run.name", "s", "--trainer.max_steps", "12"]) == 0
+        return root / "runs" / "s" / "checkpoints"
+
+    folder = sharing.built_once(tmp_path_factory, "series", build)
     assert len(list(folder.glob("step*.safetensors"))) == 6
     return folder
 

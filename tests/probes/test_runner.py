@@ -20,7 +20,7 @@ from bytecanary.records import read as read_records
 from bytecanary.report.writer import probe_ratio_lines
 from bytecanary.train.export import export
 
-from .. import warm
+from .. import sharing, warm
 from ..conftest import MICRO
 from ..faults.conftest import bytecanary
 from .conftest import LEVEL0
@@ -32,16 +32,18 @@ def trained_run(tmp_path_factory, small_data) -> Path:
     at the training process."""
     from bytecanary.train.cli import main as train_main
 
-    root = tmp_path_factory.mktemp("probe_runs")
-    cfg = {
-        **MICRO,
-        "data": {**MICRO["data"], "data_dir": str(small_data)},
-        "run": {**MICRO["run"], "root": str(root)},
-    }
-    path = root / "micro.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    assert train_main(["--config", str(path), "--run.name", "m", "--trainer.max_steps", "8"]) == 0
-    return root / "m"
+    def build(root: Path) -> Path:
+        cfg = {
+            **MICRO,
+            "data": {**MICRO["data"], "data_dir": str(small_data)},
+            "run": {**MICRO["run"], "root": str(root)},
+        }
+        path = root / "micro.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        assert train_main(["--config", str(path), "--run.name", "m", "--trainer.max_steps", "8"]) == 0
+        return root / "m"
+
+    return sharing.built_once(tmp_path_factory, "probe_runs", build)
 
 
 def _probe(*args):

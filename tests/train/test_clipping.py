@@ -3,7 +3,6 @@ with its GradScaler) clips by total norm exactly as ``clip_grad_norm_`` by hand,
 FSDP over two gloo processes through the wrapped module's own ``clip_grad_norm_``."""
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,8 @@ from torch.utils.data import DataLoader
 
 from bytecanary.train.model import ArchConfig, OptimConfig
 from bytecanary.train.module import ByteLM
+
+from .. import warm
 
 CLIP = 0.05  # a random GPT-2's first gradients have a norm far above it: every step clips
 STEPS = 3
@@ -97,7 +98,7 @@ def test_fused_adamw_clips_by_norm_as_clip_grad_norm_by_hand(precision):
 @pytest.mark.slow
 def test_fsdp_clips_by_norm_over_two_cpu_processes():
     script = Path(__file__).with_name("fsdp_clipping.py")
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    proc = warm.run([sys.executable, str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     done = sorted(re.findall(r"rank (\d): ok, norms (\[[^\]]*\])", proc.stdout))  # the ranks share a pipe
     assert [rank for rank, _ in done] == ["0", "1"], proc.stdout + proc.stderr[-3000:]
