@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from . import warm
+from . import relay, warm
 from .conftest import SESSION_ENVIRONMENT, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,7 +211,7 @@ def warm_venv(folder: Path, venv: Path = ROOT / ".venv") -> Path:
             (folder / entry.name).symlink_to(entry)
     for entry in (venv / "bin").iterdir():
         if entry.name == "bytecanary":
-            warm.shim(folder / "bin" / entry.name, entry)
+            relay.shim(folder / "bin" / entry.name, entry)
         elif entry.name == "activate":
             text = entry.read_text(encoding="utf-8").replace(str(venv), str(folder))
             (folder / "bin" / entry.name).write_text(text, encoding="utf-8")

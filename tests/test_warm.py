@@ -19,7 +19,8 @@ SHOW = textwrap.dedent(
     threading.Thread(target=lambda: (time.sleep(0.2), print("thread joined", flush=True))).start()
     print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0], "name": __name__,
                       "x": os.environ.get("WANDB_X"), "nvml": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"),
-                      "parent": os.getppid()}))
+                      "parent": os.getppid(),
+                      "io": [type(sys.stdout.buffer).__name__, sys.stderr.write_through]}))
     print("to stderr", file=sys.stderr)
     sys.exit(int(sys.argv[-1]))
     """
@@ -46,10 +47,15 @@ def _shown(done: subprocess.CompletedProcess) -> tuple[dict, list[str]]:
     return json.loads(first), rest
 
 
-@pytest.mark.parametrize("form", ["-c", "-m", "script"])
+@pytest.mark.parametrize("form", ["-c", "-m", "script", "-u"])
 def test_a_forked_command_sees_and_does_what_a_spawned_one_does(form, tmp_path):
     (tmp_path / "show.py").write_text(SHOW)
-    head = {"-c": ["-c", SHOW], "-m": ["-m", "show"], "script": [str(tmp_path / "show.py")]}[form]
+    head = {
+        "-c": ["-c", SHOW],
+        "-m": ["-m", "show"],
+        "script": [str(tmp_path / "show.py")],
+        "-u": ["-u", "-m", "show"],
+    }[form]
     spawned, forked = _both([sys.executable, *head, "a", "b", "3"], tmp_path)
     assert (
         (forked.returncode, forked.stderr, forked.stdout.splitlines()[1:])
@@ -65,6 +71,7 @@ def test_a_forked_command_sees_and_does_what_a_spawned_one_does(form, tmp_path):
     want.pop("parent")
     assert seen == want
     assert want["x"] == "runtime" and want["nvml"] == os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+    assert form != "-u" or want["io"] == ["FileIO", True]  # unbuffered (else as PYTHONUNBUFFERED says)
 
 
 def test_a_preloaded_module_runs_as_main_as_in_a_fresh_python(tmp_path):

@@ -5,9 +5,9 @@ would pay, paid once per worker (docs/demo.md#how-the-suite-runs-commands)."""
 from __future__ import annotations
 
 import atexit
-import contextlib
 import dataclasses
 import importlib
+import io
 import json
 import os
 import runpy
@@ -24,9 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PRELOAD = ("bytecanary.cli", "bytecanary.train.cli", "bytecanary.probes.runner", "bytecanary.report.writer")
 # variables read while a command runs, never while the preloaded modules import
-RUNTIME_ONLY = ("PYTEST_", "WANDB_", "BYTECANARY_", "PL_", "GIT_", "PWD", "OLDPWD", "SHLVL", "_")
-# a distributed rank's variables; of them Lightning reads its rank on import, which a fork sets again
-RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+RUNTIME_ONLY = ("PYTEST_", "WANDB_", "BYTECANARY_", "PL_", "GIT_", "TORCHELASTIC_",
+                "PWD", "OLDPWD", "SHLVL", "_")  # fmt: skip
+# a rank's variables (Lightning's launcher, torchrun); Lightning reads its rank on import, which a fork sets
+RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE",
+         "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+         "TORCH_NCCL_ASYNC_ERROR_HANDLING")  # fmt: skip
 MESSAGE = 1 << 20
 MAX_SERVERS = 4  # per test process: each holds its imports in memory (about 0.7 GB)
 
@@ -98,13 +101,14 @@ def _stop_servers() -> None:
 
 def _command(args: list[str], executable: str | None, shell: bool) -> list[str] | None:
     """The interpreter's arguments of ``args`` (``-c CODE ...``, ``-m MODULE ...`` or
-    ``SCRIPT ...``), or None where the command is not this interpreter's."""
+    ``SCRIPT ...``, after ``-u`` or not), or None where the command is not this interpreter's."""
     if shell or executable or isinstance(args, (str, bytes)) or len(args) < 2:
         return None
     command = [os.fspath(a) for a in args[1:]]
-    if os.fspath(args[0]) != sys.executable:
+    rest = command[1:] if command[0] == "-u" else command
+    if os.fspath(args[0]) != sys.executable or not rest:
         return None
-    if (command[0] in ("-c", "-m") and len(command) > 1) or os.path.isfile(command[0]):
+    if (rest[0] in ("-c", "-m") and len(rest) > 1) or os.path.isfile(rest[0]):
         return command
     return None
 
@@ -226,8 +230,14 @@ class _Imported:
 
 
 def _run(command: list[str]) -> int:
-    """``python -c CODE ARGS``, ``python -m MODULE ARGS`` or ``python SCRIPT ARGS`` in this
+    """``python [-u] -c CODE ARGS``, ``... -m MODULE ARGS`` or ``... SCRIPT ARGS`` in this
     process, in a fresh ``__main__``; its exit code."""
+    if command[0] == "-u":  # stdout and stderr unbuffered, as python -u opens them
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            raw = io.FileIO(stream.fileno(), "w", closefd=False)
+            setattr(sys, name, io.TextIOWrapper(raw, stream.encoding, stream.errors, write_through=True))
+        command = command[1:]
     main = types.ModuleType("__main__")
     main.__builtins__ = __builtins__
     sys.modules["__main__"] = main
@@ -284,6 +294,11 @@ def _child(request: dict, fds: list[int], imported: _Imported, home: Path) -> No
             rank_zero.rank_zero_only.rank = rank_zero._get_rank() or 0
         _home = home
         subprocess.Popen = Popen
+        handler = sys.modules.get(
+            "torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler"
+        )
+        if handler is not None:  # torchrun's agent, whose workers it imported the name for
+            handler.Popen = Popen
         os.write(2, imported.said)
         code = _run(request["command"])
         threading._shutdown()
@@ -368,31 +383,5 @@ def serve(path: str, modules: list[str]) -> None:
         connection.close()
 
 
-def relay(script: str, args: list[str]) -> None:
-    """``python SCRIPT ARGS`` as a command of its own for a shell (``shim``): forked from
-    the server ``BYTECANARY_WARM`` names, its signals passed on, its exit this process's."""
-    if "BYTECANARY_WARM" not in os.environ:
-        os.execv(sys.executable, [sys.executable, script, *args])
-    process = Popen([sys.executable, script, *args], tied=True)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda sig, _: process.send_signal(sig))
-    code = process.wait()
-    if code < 0:
-        with contextlib.suppress(OSError):  # SIGKILL's disposition cannot be set
-            signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    sys.exit(code)
-
-
-def shim(path: Path, script: Path) -> Path:
-    """A command at ``path`` that runs ``script`` forked from the warm server ``BYTECANARY_WARM``
-    names (spawned where none is named), for a shell that finds it first on its PATH."""
-    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{__file__}" --relay "{script}" "$@"\n')
-    path.chmod(0o755)
-    return path
-
-
-if __name__ == "__main__" and sys.argv[1] == "--relay":
-    relay(sys.argv[2], sys.argv[3:])
-elif __name__ == "__main__":
+if __name__ == "__main__":
     serve(sys.argv[1], sys.argv[2:])

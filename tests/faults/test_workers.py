@@ -4,7 +4,7 @@ claim runs out, and a torchrun launch equals a single process pair for pair."""
 
 import os
 import shutil
-import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -96,7 +96,8 @@ def test_torchrun_equals_a_single_process_pair_for_pair(series, tmp_path):
     one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
     assert main(["probe", str(series), *PROBES, "--out", str(one)]) == 0
     launch = [torchrun, "--nproc-per-node", "2", "-m", "bytecanary.cli", "probe", str(series), *PROBES]
-    assert subprocess.run([*launch, "--out", str(two)], cwd=ROOT, env=env).returncode == 0
+    # the interpreter runs torchrun's script, so the agent and its workers are forked (tests/warm.py)
+    assert warm.run([sys.executable, *launch, "--out", str(two)], cwd=ROOT, env=env).returncode == 0
     base = {(r.checkpoint, r.probe): r for r in _once_and_complete(one, 6, 2)}
     rows = _once_and_complete(two, 6, 2)
     assert {r.worker.rsplit(":", 1)[1] for r in rows} <= {"rank0", "rank1"}
