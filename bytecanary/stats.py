@@ -65,7 +65,7 @@ def resamples(n: int, n_resamples: int, seed: int = 0) -> np.ndarray:
     """The indices of ``n_resamples`` bootstrap resamples of ``n`` values, one row each: several
     statistics of the same resamples need them drawn once."""
     if n == 0:
-        raise ValueError("bootstrap_ci needs at least one value")
+        raise ValueError("a bootstrap needs at least one value")
     return np.random.default_rng(seed).integers(0, n, (n_resamples, n))
 
 

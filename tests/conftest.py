@@ -118,8 +118,8 @@ def _session_environment() -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The long end-to-end tests (marker ``slow``) run first on each worker, so that they end on
-    short tests rather than one waiting for the other's last long one."""
+    """Each pytest-xdist worker's share opens with its part of the long tests (marker ``slow``) and
+    ends on short ones (``sharing.worker_order``)."""
     workers = getattr(config, "workerinput", {}).get("workercount", 1)
     items[:] = sharing.worker_order(items, workers)
 

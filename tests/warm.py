@@ -30,6 +30,8 @@ RUNTIME_ONLY = ("PYTEST_", "WANDB_", "BYTECANARY_", "PL_", "GIT_", "TORCHELASTIC
 RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE",
          "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
          "TORCH_NCCL_ASYNC_ERROR_HANDLING")  # fmt: skip
+# where torchrun's agent starts its workers, with the ``Popen`` it imported
+TORCHRUN_HANDLER = "torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler"
 MESSAGE = 1 << 20
 MAX_SERVERS = 4  # per test process: each holds its imports in memory (about 0.7 GB)
 
@@ -293,12 +295,9 @@ def _child(request: dict, fds: list[int], imported: _Imported, home: Path) -> No
         if rank_zero is not None:  # Lightning's rank, as its import reads it (RANKS)
             rank_zero.rank_zero_only.rank = rank_zero._get_rank() or 0
         _home = home
-        subprocess.Popen = Popen
-        handler = sys.modules.get(
-            "torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler"
-        )
-        if handler is not None:  # torchrun's agent, whose workers it imported the name for
-            handler.Popen = Popen
+        for module in (subprocess, sys.modules.get(TORCHRUN_HANDLER)):  # the latter imported the name
+            if module is not None:
+                module.Popen = Popen
         os.write(2, imported.said)
         code = _run(request["command"])
         threading._shutdown()
