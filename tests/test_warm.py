@@ -97,11 +97,25 @@ def test_an_exception_exit_text_and_a_kill_end_it_as_they_end_python(tmp_path):
 def test_a_variable_read_on_import_unlike_the_servers_is_spawned_not_forked():
     code = "import os; print(os.getppid())"
     server = str(warm.server(single()))
-    flipped = "1" if os.environ.get("TQDM_DISABLE") != "1" else "0"  # tqdm reads it on import
-    for env, forked in (({}, True), ({"TQDM_DISABLE": flipped}, False)):
+    flipped = "1" if os.environ.get("HF_HUB_OFFLINE") != "1" else "0"  # huggingface_hub reads it on import
+    for env, forked in (({}, True), ({"HF_HUB_OFFLINE": flipped}, False)):
         env = {**single(), **env, "BYTECANARY_WARM": server}  # that server, as a relay asks it
         done = warm.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         assert (int(done.stdout) != os.getpid()) == forked, env
+
+
+@pytest.mark.parametrize("value", [None, "1", ""])
+def test_tqdm_disable_is_read_by_a_fork_as_tqdms_import_reads_it(value):
+    """tqdm takes ``TQDM_DISABLE`` as its default ``disable`` when imported, which a fork from a
+    server imported without it sets (``warm.SET_ON_FORK``)."""
+    env = {k: v for k, v in single().items() if k != "TQDM_DISABLE"}
+    code = "import os; from tqdm.auto import tqdm; print(tqdm(range(1)).disable, os.getppid())"
+    env["BYTECANARY_WARM"] = str(warm.server(env))
+    env.update({} if value is None else {"TQDM_DISABLE": value})
+    spawned = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    forked = warm.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    (want, spawner), (seen, parent) = spawned.stdout.split(), forked.stdout.split()
+    assert seen == want == str(value == "1") and int(spawner) == os.getpid() != int(parent)
 
 
 PARENT = textwrap.dedent(

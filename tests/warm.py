@@ -26,10 +26,11 @@ PRELOAD = ("bytecanary.cli", "bytecanary.train.cli", "bytecanary.probes.runner",
 # variables read while a command runs, never while the preloaded modules import
 RUNTIME_ONLY = ("PYTEST_", "WANDB_", "BYTECANARY_", "PL_", "GIT_", "TORCHELASTIC_",
                 "PWD", "OLDPWD", "SHLVL", "_")  # fmt: skip
-# a rank's variables (Lightning's launcher, torchrun); Lightning reads its rank on import, which a fork sets
-RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE",
-         "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-         "TORCH_NCCL_ASYNC_ERROR_HANDLING")  # fmt: skip
+# read on import, and set by a fork as that import would (``_as_imported``): a rank's variables
+# (Lightning's launcher, torchrun), whose rank Lightning keeps, and tqdm's default ``disable``
+SET_ON_FORK = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE",
+               "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+               "TORCH_NCCL_ASYNC_ERROR_HANDLING", "TQDM_DISABLE")  # fmt: skip
 # where torchrun's agent starts its workers, with the ``Popen`` it imported
 TORCHRUN_HANDLER = "torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler"
 MESSAGE = 1 << 20
@@ -38,7 +39,7 @@ MAX_SERVERS = 4  # per test process: each holds its imports in memory (about 0.7
 
 def import_time(env: dict[str, str]) -> dict[str, str]:
     """The variables of ``env`` that a module may read on import: equal ones give equal imports."""
-    return {k: v for k, v in env.items() if not k.startswith(RUNTIME_ONLY) and k not in RANKS}
+    return {k: v for k, v in env.items() if not k.startswith(RUNTIME_ONLY) and k not in SET_ON_FORK}
 
 
 # --- the client side: in the test process ---
@@ -291,9 +292,7 @@ def _child(request: dict, fds: list[int], imported: _Imported, home: Path) -> No
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update({**request["env"], **imported.added})  # as after the same imports
-        rank_zero = sys.modules.get("lightning.fabric.utilities.rank_zero")
-        if rank_zero is not None:  # Lightning's rank, as its import reads it (RANKS)
-            rank_zero.rank_zero_only.rank = rank_zero._get_rank() or 0
+        _as_imported()
         _home = home
         for module in (subprocess, sys.modules.get(TORCHRUN_HANDLER)):  # the latter imported the name
             if module is not None:
@@ -306,6 +305,21 @@ def _child(request: dict, fds: list[int], imported: _Imported, home: Path) -> No
             stream.flush()
     finally:
         os._exit(code)
+
+
+def _as_imported() -> None:
+    """What the preloaded modules took from the environment on import (``SET_ON_FORK``), taken
+    from the command's: Lightning's rank, and tqdm's ``TQDM_DISABLE`` (``envwrap``: bool(value))."""
+    rank_zero = sys.modules.get("lightning.fabric.utilities.rank_zero")
+    if rank_zero is not None:
+        rank_zero.rank_zero_only.rank = rank_zero._get_rank() or 0
+    std = sys.modules.get("tqdm.std")
+    if std is not None:
+        init = vars(std.tqdm)["__init__"]
+        keywords = {k: v for k, v in init.keywords.items() if k != "disable"}
+        if "TQDM_DISABLE" in os.environ:
+            keywords["disable"] = bool(os.environ["TQDM_DISABLE"])
+        std.tqdm.__init__ = type(init)(init.func, **keywords)
 
 
 def _ended(pid: int, tie: socket.socket | None) -> int:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from .. import sharing, warm
-from ..conftest import MICRO, SESSION_ENVIRONMENT
+from ..conftest import MICRO
 
 ROOT = Path(__file__).resolve().parents[2]
 QUIET = {"TQDM_DISABLE": "1", "WANDB_MODE": "offline"}
@@ -75,12 +75,6 @@ def micro_config(path: Path, data_dir: Path, root: Path, probes: list | None = N
     }
     path.write_text(yaml.safe_dump(cfg))
     return path
-
-
-@pytest.fixture(scope="session", autouse=True)
-def quiet_server() -> None:
-    """The warm server of the fault tests' commands starts importing as the first of them runs."""
-    warm.start({**SESSION_ENVIRONMENT, **QUIET})
 
 
 @pytest.fixture(autouse=True)
