@@ -25,10 +25,13 @@ unexport PYTHONDONTWRITEBYTECODE
 
 # torch comes from pip (which reads the machine's pip.conf, where a CPU wheel may lie); the rest
 # from uv, which fetches and unpacks in parallel (8 s where pip takes 25), torch held as installed,
-# and pip where uv cannot reach an index that pip's configuration names
+# and pip where uv cannot reach an index that pip's configuration names. The venv starts without
+# pip (ensurepip takes 4 s): the system's pip puts uv in, and uv pip; ensurepip where that fails
 $(STAMP): pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip uv
+	test -x $(PY) || python3 -m venv --without-pip $(VENV)
+	python3 -m pip --python $(PY) install -q uv 2>/dev/null \
+		|| { $(PY) -m ensurepip >/dev/null && $(PY) -m pip install -q uv; }
+	$(VENV)/bin/uv pip install -q --python $(PY) pip
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 		$(PY) -m pip install -q --no-compile torch; \
 	else \
