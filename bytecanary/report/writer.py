@@ -187,11 +187,7 @@ def log_to_wandb(
     """
     import wandb
 
-    run_id = wandb_run_id(data.run_dir)
-    if run_id is None:
-        raise BytecanaryError(
-            f"{data.run_dir / 'wandb'}: no W&B run to add the report to (use --wandb=false)"
-        )
+    run_id = _wandb_run(data)
     home = RunWandb.of(data.run_dir)
     rows, merged = records_to_merge(data.run_dir, run_id)
     run = wandb.init(
@@ -220,6 +216,16 @@ def log_to_wandb(
     return offline_dir
 
 
+def _wandb_run(data: RunData) -> str:
+    """The id of the training run's W&B run, which a report asked to log to needs."""
+    run_id = wandb_run_id(data.run_dir)
+    if run_id is None:
+        raise BytecanaryError(
+            f"{data.run_dir / 'wandb'}: no W&B run to add the report to (use --wandb=false)"
+        )
+    return run_id
+
+
 def write_report(
     path: str | Path,
     wandb: bool | None = None,
@@ -232,6 +238,8 @@ def write_report(
     """
     check_output(locate(path)[0] / REPORT_DIR, folder=True)  # before the work: report/ may be a file
     data = load_run(path, tokens_per_step=tokens_per_step)
+    if wandb and data.training:
+        _wandb_run(data)  # before the work
     conv = analysis.convergence(data.metrics, data.probes, tolerance, data.axis)
     cps = analysis.checkpoints(data.probes)
     notes: dict[str, str] = {}

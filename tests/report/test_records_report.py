@@ -192,5 +192,6 @@ def test_wandb_true_on_a_training_run_without_one_is_an_error_and_unset_is_quiet
     assert capsys.readouterr().err == (
         f"error: {run / 'wandb'}: no W&B run to add the report to (use --wandb=false)\n"
     )
+    assert not (run / "report").exists()  # said before the work
     assert main(["report", str(run)]) == 0
     assert "W&B" not in capsys.readouterr().out and not (run / "wandb").exists()
