@@ -176,6 +176,7 @@ def curve_charts(conv: analysis.Convergence) -> dict[str, Any]:
 
 def log_to_wandb(
     data: RunData,
+    run_id: str,
     report_dir: Path,
     tables: list[Table],
     scalars: dict[str, float],
@@ -187,7 +188,6 @@ def log_to_wandb(
     """
     import wandb
 
-    run_id = _wandb_run(data)
     home = RunWandb.of(data.run_dir)
     rows, merged = records_to_merge(data.run_dir, run_id)
     run = wandb.init(
@@ -216,16 +216,6 @@ def log_to_wandb(
     return offline_dir
 
 
-def _wandb_run(data: RunData) -> str:
-    """The id of the training run's W&B run, which a report asked to log to needs."""
-    run_id = wandb_run_id(data.run_dir)
-    if run_id is None:
-        raise BytecanaryError(
-            f"{data.run_dir / 'wandb'}: no W&B run to add the report to (use --wandb=false)"
-        )
-    return run_id
-
-
 def write_report(
     path: str | Path,
     wandb: bool | None = None,
@@ -238,8 +228,11 @@ def write_report(
     """
     check_output(locate(path)[0] / REPORT_DIR, folder=True)  # before the work: report/ may be a file
     data = load_run(path, tokens_per_step=tokens_per_step)
-    if wandb and data.training:
-        _wandb_run(data)  # before the work
+    run_id = wandb_run_id(data.run_dir) if data.training else None
+    if wandb and data.training and run_id is None:  # before the work
+        raise BytecanaryError(
+            f"{data.run_dir / 'wandb'}: no W&B run to add the report to (use --wandb=false)"
+        )
     conv = analysis.convergence(data.metrics, data.probes, tolerance, data.axis)
     cps = analysis.checkpoints(data.probes)
     notes: dict[str, str] = {}
@@ -256,9 +249,8 @@ def write_report(
         if wandb:
             print(f"W&B: nothing logged: {data.source} is no training run, so it has no W&B run to add to")
         return out
-    use_wandb = wandb_run_id(data.run_dir) is not None if wandb is None else wandb
-    if use_wandb:
-        offline = log_to_wandb(data, out, tables, _scalars(conv, inputs), curve_charts(conv))
+    if run_id is not None and wandb is not False:
+        offline = log_to_wandb(data, run_id, out, tables, _scalars(conv, inputs), curve_charts(conv))
         sync = offline_sync(offline, data.run_dir / "wandb")
         if sync:
             print(
