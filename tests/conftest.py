@@ -7,8 +7,10 @@ import functools
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 
 # the environment each test starts in (``session_environment``) and the warm servers' key
 SESSION_ENVIRONMENT: dict[str, str] = {}
+HUB_CACHE = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -33,12 +36,25 @@ def pytest_configure(config: pytest.Config) -> None:
     controller only hands tests out, and importing torch there would delay the workers' start."""
     if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
         return
+    _offline_hub(config)
     _share_the_cores()
     from bytecanary.probes import load_probes
 
     load_probes()
     importlib.import_module("lightning")  # which sets PYTORCH_NVML_BASED_CUDA_CHECK on import
     SESSION_ENVIRONMENT.update(os.environ)
+
+
+def _offline_hub(config: pytest.Config) -> None:
+    """Nothing reaches a hub, and the hub cache is this process's own, where a test puts the hub
+    models it probes; set before huggingface_hub's import reads both, for every command alike."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["HF_HUB_CACHE"] = config.stash[HUB_CACHE] = tempfile.mkdtemp(prefix="bytecanary-hub-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if HUB_CACHE in config.stash:
+        shutil.rmtree(config.stash[HUB_CACHE], ignore_errors=True)
 
 
 def _share_the_cores() -> None:

@@ -2,6 +2,7 @@
 redo exactly the probes whose version or fingerprint changed, W&B."""
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -147,8 +148,7 @@ def test_exported_model_and_revision_series(trained_run, small_data, tmp_path):
     assert row.step == 8 and row.tokens_seen == 8 * 8 * 32 and row.checkpoint == str(hf.resolve())
     # a Pythia-style series: a model id loaded at each revision, from the hub cache's layout
     # (a snapshot per commit, refs/<branch> naming it), offline, as a user with a cache has it
-    cache = tmp_path / "hub"
-    repo = cache / "models--bc--tiny"
+    repo = Path(os.environ["HF_HUB_CACHE"]) / "models--bc--tiny"  # the session's (tests/conftest.py)
     sources = ("step0000004.safetensors", "step0000008.safetensors", "step0000008.ckpt")  # bf16, bf16, fp32
     revisions = {f"step{i}000": name for i, name in enumerate(sources, 1)}
     for i, (rev, name) in enumerate(revisions.items()):
@@ -162,8 +162,7 @@ def test_exported_model_and_revision_series(trained_run, small_data, tmp_path):
     listed = f"[{', '.join(revisions)}]"
     done = bytecanary("probe", "bc/tiny", "--revision", listed, "--probes", "[ppl, level0]",
                       "--eval_sets.level0", level0, "--eval_sets.ppl", str(small_data), "--trial=true",
-                      "--tokens_per_step", "2097152", "--wandb=false", "--out", str(series),
-                      env={"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})  # fmt: skip
+                      "--tokens_per_step", "2097152", "--wandb=false", "--out", str(series))  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     rows = read_records(series)
     level0_rows = [r for r in rows if r.probe == "level0"]
